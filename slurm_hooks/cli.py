@@ -1,0 +1,129 @@
+"""Command line: `slurm-hooks SUBCOMMAND`, plus the entry points Slurm runs directly.
+
+Exit status: 0 healthy, 1 unhealthy, 2 usage or configuration error.
+HealthCheckProgram is run by slurmd with no arguments, so it gets its own executable,
+`slurm-hooks-healthcheck`, equivalent to `slurm-hooks healthcheck`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+
+EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+
+
+def _config_option(parser, default) -> None:
+    parser.add_argument("-c", "--config", metavar="FILE", default=default,
+                        help="configuration file (default: $SLURM_HOOKS_CONFIG, else "
+                        "/etc/slurm-hooks/slurm-hooks.yaml if present, else built-in defaults)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    # --config is accepted before and after the subcommand; SUPPRESS keeps a
+    # subcommand's unset option from overwriting the value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    _config_option(common, argparse.SUPPRESS)
+    p = argparse.ArgumentParser(prog="slurm-hooks",
+                                description="Slurm health check, prolog and epilog for GPU clusters.")
+    _config_option(p, None)
+    p.add_argument("--version", action="version", version=f"slurm-hooks {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("check", parents=[common], help="run checks and print a report; no side effects")
+    c.add_argument("names", nargs="*", metavar="CHECK", help="checks to run (default: all enabled)")
+    c.add_argument("--json", action="store_true", help="print the full record as JSON")
+    c.add_argument("--dry-run", action="store_true", help="accepted for symmetry; check never acts")
+
+    h = sub.add_parser("healthcheck", parents=[common],
+                       help="the HealthCheckProgram: check, drain the node if sick, journal the run")
+    h.add_argument("--dry-run", action="store_true", help="print the actions instead of taking them")
+    h.add_argument("--json", action="store_true", help="print the full record as JSON")
+
+    cf = sub.add_parser("config", parents=[common], help="configuration tools")
+    csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
+    csub.required = True
+    cc = csub.add_parser("check", parents=[common], help="validate a configuration file and exit")
+    cc.add_argument("file", nargs="?", help="file to validate (default: the one in use)")
+    csub.add_parser("show", parents=[common], help="print the effective configuration as JSON")
+    return p
+
+
+def _load_config(path_arg):
+    from . import config
+    return config.load(config.config_path(path_arg))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from .config import ConfigError
+    try:
+        if args.command == "config":
+            return _config_command(args)
+        cfg = _load_config(args.config)
+    except ConfigError as e:
+        print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "check":
+        return _check(cfg, args)
+    if args.command == "healthcheck":
+        return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
+    raise AssertionError(args.command)
+
+
+def _check(cfg, args) -> int:
+    from . import engine, report
+    from .checks import REGISTRY
+    unknown = [n for n in args.names if n not in REGISTRY]
+    if unknown:
+        print(f"slurm-hooks: unknown check {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}",
+              file=sys.stderr)
+        return EXIT_USAGE
+    record = engine.run(cfg, "check", names=args.names or None)
+    print(report.render_json(record) if args.json else report.render(record))
+    return record.exit_code()
+
+
+def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
+    from . import engine, report
+    record = engine.run(cfg, "healthcheck", act=True, dry_run=dry_run)
+    engine.record_run(cfg, record)
+    print(report.render_json(record) if as_json else report.render(record))
+    return record.exit_code()
+
+
+def _config_command(args) -> int:
+    from . import config
+    if args.config_command == "check":
+        path = args.file or config.config_path(args.config)
+        if path is None:
+            print("no configuration file given or found; the built-in defaults are in use")
+            return EXIT_OK
+        config.load(path)
+        print(f"{path}: OK")
+        return EXIT_OK
+    if args.config_command == "show":
+        import json
+        from dataclasses import asdict
+        cfg = _load_config(args.config)
+        print(json.dumps(asdict(cfg), indent=2))
+        return EXIT_OK
+    raise AssertionError(args.config_command)
+
+
+def healthcheck_main() -> int:
+    """Entry point for HealthCheckProgram (run by slurmd with no arguments)."""
+    from . import config
+    from .config import ConfigError
+    try:
+        cfg = config.load(config.config_path(None))
+    except ConfigError as e:
+        print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
+        return EXIT_USAGE
+    return _healthcheck(cfg, dry_run=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

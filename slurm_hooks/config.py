@@ -1,0 +1,369 @@
+"""Configuration: built-in defaults, and a YAML loader that validates everything.
+
+Every setting is a dataclass field whose metadata says what it accepts, so the defaults,
+the validation and the documentation test all read one table. The loader walks
+PyYAML's node tree rather than the plain parsed data, because nodes know their line:
+each problem is reported as `FILE:LINE: dotted.key: what is wrong`, all problems at
+once, and the caller exits with status 2.
+
+YAML is only imported when a file is read: a health check with no config file starts
+faster.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import MISSING, dataclass, field, fields
+
+DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
+ENV_VAR = "SLURM_HOOKS_CONFIG"
+
+
+class ConfigError(Exception):
+    """One or more problems in a configuration file; str() has one per line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def setting(default=MISSING, kind="str", doc="", **rules):
+    """A dataclass field plus what the loader accepts for it.
+
+    kind: str | path | int | seconds | number | bool | enum | strlist | section | list
+    rules: choices (enum), min/max (numbers), item (class for list), cls (section),
+    nullable (None allowed).
+    """
+    meta = dict(kind=kind, doc=doc, **rules)
+    if kind == "section":
+        return field(default_factory=rules["cls"], metadata=meta)
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class FilesystemConfig:
+    path: str = setting(kind="path", doc="Directory to probe. The write probe creates, writes, "
+                        "fsyncs, reads back and removes a small file in it.")
+    mountpoint: str | None = setting(None, kind="path", nullable=True,
+                                     doc="Mount that must be present for this path (e.g. /home "
+                                     "for /home/.probe). Absent from the mount table: `missing`. "
+                                     "Default: not required, the path's own mount is used.")
+    fstype: str | None = setting(None, nullable=True,
+                                 doc="Expected filesystem type of that mount (nfs4, lustre, gpfs, "
+                                 "...). Another type is reported as `missing`.")
+    mode: str = setting("write", kind="enum", choices=("write", "read"),
+                        doc="write: create+write+fsync+read back+unlink. read: statfs and "
+                        "read the directory, for mounts a node must not write to.")
+    timeout: float | None = setting(None, kind="seconds", nullable=True,
+                                    doc="Deadline for the probe. Default: filesystem_defaults.timeout.")
+    warn_after: float | None = setting(None, kind="seconds", nullable=True,
+                                       doc="Latency above which the verdict is `slow`. "
+                                       "Default: filesystem_defaults.warn_after.")
+    payload_bytes: int | None = setting(None, kind="int", min=1, max=16 << 20, nullable=True,
+                                        doc="Bytes written and read back. "
+                                        "Default: filesystem_defaults.payload_bytes.")
+    required: bool = setting(True, kind="bool",
+                             doc="A failure drains the node (true) or is only reported (false).")
+
+
+@dataclass
+class FilesystemDefaults:
+    timeout: float = setting(10.0, kind="seconds",
+                             doc="Deadline of a filesystem probe, in seconds. All paths are "
+                             "probed at once, so a run with every path hung ends after about "
+                             "this long. Keep it well below slurmd's 60 s kill.")
+    warn_after: float = setting(2.0, kind="seconds",
+                                doc="Latency above which a probe that succeeded is `slow`.")
+    payload_bytes: int = setting(4096, kind="int", min=1, max=16 << 20,
+                                 doc="Bytes written, fsynced and read back by the write probe.")
+    discover_network_mounts: bool = setting(
+        True, kind="bool",
+        doc="When `filesystems` is empty: also probe (read mode) every network or FUSE "
+        "mount found in the mount table.")
+
+
+@dataclass
+class SlurmConfig:
+    bin_dir: str | None = setting(None, kind="path", nullable=True,
+                                  doc="Directory holding scontrol. Default: the first of "
+                                  "/usr/bin, /usr/local/bin, /opt/slurm/bin that has it. "
+                                  "HealthCheckProgram runs with no PATH, so none is used.")
+    conf: str | None = setting(None, kind="path", nullable=True,
+                               doc="slurm.conf to use (passed to scontrol as SLURM_CONF). "
+                               "Default: Slurm's own default or $SLURM_CONF.")
+    timeout: float = setting(15.0, kind="seconds",
+                             doc="Deadline of each scontrol call. An unreachable slurmctld "
+                             "takes about 9 s to be reported by scontrol itself.")
+
+
+@dataclass
+class Config:
+    node_name: str | None = setting(None, nullable=True,
+                                    doc="This node's Slurm name. Default: $SLURMD_NODENAME, "
+                                    "else the short hostname.")
+    reason_prefix: str = setting("slurm-hooks:",
+                                 doc="Starts every node reason we set, so our drains can be "
+                                 "told from an admin's. Must not be empty.")
+    state_dir: str = setting("/var/lib/slurm-hooks", kind="path",
+                             doc="Local directory for state between runs (one subdirectory "
+                             "per node name). Never on a probed shared filesystem.")
+    journal: str = setting("/var/log/slurm-hooks/journal.jsonl", kind="path",
+                           doc="Local JSON-lines journal: one line per run, with every finding "
+                           "and action.")
+    filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
+                                doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
+                                "with discover_network_mounts, every network mount (read).")
+    filesystem_defaults: FilesystemDefaults = setting(kind="section", cls=FilesystemDefaults,
+                                                      doc="Defaults for every filesystems entry.")
+    slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
+
+    # Where this configuration came from, for reports; not a setting.
+    source: str = field(default="built-in defaults", metadata={"internal": True})
+
+
+def config_path(explicit: str | None) -> str | None:
+    """The file to read: --config, else $SLURM_HOOKS_CONFIG, else the default if present."""
+    if explicit:
+        return explicit
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env
+    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+def load(path: str | None) -> Config:
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    cfg = loads(text, path)
+    cfg.source = path
+    return cfg
+
+
+def loads(text: bytes | str, path: str = "<string>") -> Config:
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        root = yaml.compose(text, Loader=loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError([f"{where}: not valid YAML: {problem}"]) from None
+    v = _Validator(path, yaml)
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
+        return Config()
+    cfg = v.section(root, Config, "")
+    if v.problems:
+        raise ConfigError(v.problems)
+    return cfg
+
+
+_TRUE = {"true", "yes", "on"}
+_FALSE = {"false", "no", "off"}
+
+
+class _Validator:
+    def __init__(self, path: str, yaml):
+        self.path = path
+        self.yaml = yaml
+        self.problems: list[str] = []
+
+    def fail(self, node, key: str, msg: str) -> None:
+        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {key or '(top level)'}: {msg}")
+
+    def section(self, node, cls, prefix: str):
+        yaml = self.yaml
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, prefix, f"must be a mapping of settings, got {_describe(node, yaml)}")
+            return cls() if _constructible(cls) else None
+        specs = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+        values, given = {}, set()
+        for knode, vnode in node.value:
+            key = knode.value
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            spec = specs.get(key)
+            if spec is None:
+                close = _close_match(str(key), specs)
+                hint = f" (did you mean {close}?)" if close else ""
+                self.fail(knode, dotted, f"unknown setting{hint}; known: {', '.join(sorted(specs))}")
+                continue
+            if key in given:
+                self.fail(knode, dotted, "given twice")
+                continue
+            given.add(key)
+            ok, value = self.value(vnode, spec.metadata, dotted)
+            if ok:
+                values[key] = value
+        missing = [name for name, f in specs.items()
+                   if f.default is MISSING and f.default_factory is MISSING and name not in given]
+        for name in missing:
+            self.fail(node, f"{prefix}.{name}" if prefix else name, "required setting is missing")
+        if missing or len(values) != len(given):
+            return None
+        obj = cls(**values)
+        check = getattr(self, "check_" + cls.__name__, None)
+        if check:
+            check(obj, node, prefix)
+        return obj
+
+    def value(self, node, meta, key):
+        yaml, kind = self.yaml, meta["kind"]
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null") and not node.style:
+            if meta.get("nullable"):
+                return True, None
+            if kind == "list":
+                return True, []
+            self.fail(node, key, "must have a value, got nothing (null)")
+            return False, None
+        if kind == "section":
+            obj = self.section(node, meta["cls"], key)
+            return obj is not None, obj
+        if kind == "list":
+            if not isinstance(node, yaml.SequenceNode):
+                self.fail(node, key, f"must be a list, got {_describe(node, yaml)}")
+                return False, None
+            items, seen, unique = [], {}, meta.get("unique")
+            for i, item in enumerate(node.value):
+                obj = self.section(item, meta["item"], f"{key}[{i}]")
+                if obj is None:
+                    continue
+                if unique:
+                    v = getattr(obj, unique)
+                    if v in seen:
+                        self.fail(_child(item, unique), f"{key}[{i}].{unique}",
+                                  f"{v} is already given in {key}[{seen[v]}]")
+                        continue
+                    seen[v] = i
+                items.append(obj)
+            return True, items
+        if kind == "strlist":
+            if not isinstance(node, yaml.SequenceNode):
+                self.fail(node, key, f"must be a list of strings, got {_describe(node, yaml)}")
+                return False, None
+            out = []
+            for i, item in enumerate(node.value):
+                ok, v = self.value(item, {"kind": "str"}, f"{key}[{i}]")
+                if ok:
+                    out.append(v)
+            return True, out
+        if not isinstance(node, yaml.ScalarNode):
+            self.fail(node, key, f"must be a single value, got {_describe(node, yaml)}")
+            return False, None
+        return self.scalar(node, meta, key)
+
+    def scalar(self, node, meta, key):
+        kind, raw = meta["kind"], node.value
+        quoted = node.style in ("'", '"')
+        if kind in ("str", "path", "enum"):
+            if kind == "path" and not raw.startswith("/"):
+                self.fail(node, key, f"must be an absolute path, got {raw!r}")
+                return False, None
+            if kind == "enum" and raw not in meta["choices"]:
+                self.fail(node, key, f"must be one of {', '.join(meta['choices'])}, got {raw!r}")
+                return False, None
+            if "\x00" in raw or "\n" in raw:
+                self.fail(node, key, "must be a single line")
+                return False, None
+            return True, raw
+        if kind == "bool":
+            low = raw.lower()
+            if not quoted and low in _TRUE:
+                return True, True
+            if not quoted and low in _FALSE:
+                return True, False
+            self.fail(node, key, f"must be true or false, got {raw!r}")
+            return False, None
+        if kind in ("int", "seconds", "number"):
+            try:
+                if quoted:
+                    raise ValueError
+                num = int(raw, 0) if kind == "int" else float(raw)
+            except ValueError:
+                want = "a whole number" if kind == "int" else "a number"
+                if kind == "seconds":
+                    want += " of seconds"
+                self.fail(node, key, f"must be {want}, got {raw!r}")
+                return False, None
+            if num != num or num in (float("inf"), float("-inf")):
+                self.fail(node, key, f"must be a finite number, got {raw!r}")
+                return False, None
+            if kind == "seconds" and num <= 0:
+                self.fail(node, key, f"must be > 0 seconds, got {raw}")
+                return False, None
+            lo, hi = meta.get("min"), meta.get("max")
+            if lo is not None and num < lo:
+                self.fail(node, key, f"must be >= {lo}, got {raw}")
+                return False, None
+            if hi is not None and num > hi:
+                self.fail(node, key, f"must be <= {hi}, got {raw}")
+                return False, None
+            return True, num
+        raise AssertionError(f"unknown setting kind {kind}")
+
+    # --- checks that span several settings -------------------------------------------
+    def check_Config(self, cfg: Config, node, prefix: str) -> None:
+        if not cfg.reason_prefix.strip():
+            self.fail(_child(node, "reason_prefix"), "reason_prefix", "must not be empty: it is how "
+                      "slurm-hooks tells its own drains from an admin's")
+
+    def check_FilesystemConfig(self, fs: FilesystemConfig, node, prefix: str) -> None:
+        if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:
+            self.fail(_child(node, "warn_after"), f"{prefix}.warn_after",
+                      f"must be below timeout ({fs.timeout:g}s), got {fs.warn_after:g}")
+
+
+def _child(node, key):
+    for k, v in getattr(node, "value", ()):
+        if getattr(k, "value", None) == key:
+            return k
+    return node
+
+
+def _constructible(cls) -> bool:
+    return all(f.default is not MISSING or f.default_factory is not MISSING for f in fields(cls))
+
+
+def _describe(node, yaml) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return repr(node.value)
+
+
+def _close_match(key: str, known) -> str | None:
+    from difflib import get_close_matches
+    m = get_close_matches(key, list(known), n=1, cutoff=0.75)
+    return m[0] if m else None
+
+
+# --- effective values ------------------------------------------------------------------
+def fs_timeout(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.timeout if fs.timeout is not None else cfg.filesystem_defaults.timeout
+
+
+def fs_warn_after(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.warn_after if fs.warn_after is not None else cfg.filesystem_defaults.warn_after
+
+
+def fs_payload(cfg: Config, fs: FilesystemConfig) -> int:
+    return fs.payload_bytes if fs.payload_bytes is not None else cfg.filesystem_defaults.payload_bytes
+
+
+def iter_settings(cls=Config, prefix=""):
+    """(dotted key, field) for every setting, for documentation and its test."""
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        yield key, f
+        if f.metadata.get("kind") == "section":
+            yield from iter_settings(f.metadata["cls"], key)
+        elif f.metadata.get("kind") == "list":
+            yield from iter_settings(f.metadata["item"], key + "[]")

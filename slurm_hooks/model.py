@@ -1,0 +1,79 @@
+"""The data that flows one way through slurm-hooks.
+
+Checks produce Findings; policy turns findings (plus local state) into Actions; the
+Slurm backend carries actions out and fills in an ActionResult; sinks (journal, report)
+record all of it. Everything here is plain data that serialises to JSON, so the journal
+holds exactly what the code decided on.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+# Severity decides what policy may do with a finding. Strings rather than an Enum keep
+# the journal readable and avoid an import on the health-check hot path.
+OK = "ok"            # healthy, or nothing to check here ("not applicable")
+WARN = "warn"        # worth reporting, not worth taking the node away from users
+FAIL = "fail"        # the node is sick: drain it
+SEVERITY_ORDER = {OK: 0, WARN: 1, FAIL: 2}
+
+
+def worst(severities) -> str:
+    result = OK
+    for s in severities:
+        if SEVERITY_ORDER[s] > SEVERITY_ORDER[result]:
+            result = s
+    return result
+
+
+@dataclass
+class Finding:
+    check: str                 # the check that made it, e.g. "filesystem"
+    target: str                # what it is about, e.g. "/scratch"
+    status: str                # check-specific verdict: ok, slow, hung, error, missing, ...
+    severity: str              # OK, WARN or FAIL
+    summary: str               # one short line, fit for a node reason: "fs /scratch write hung >10s (fuse)"
+    detail: str = ""           # a longer line for people reading a report
+    evidence: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CheckRun:
+    """How one check fared in one run: the framework times every check the same way."""
+    name: str
+    seconds: float
+    findings: list[Finding]
+    error: str | None = None   # the check itself failed (a bug or an unreadable /proc)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "seconds": round(self.seconds, 6), "error": self.error,
+                "findings": [f.to_json() for f in self.findings]}
+
+
+@dataclass
+class Action:
+    kind: str                  # "drain", "resume", later "requeue", "comment", "reboot"
+    node: str = ""
+    reason: str = ""
+    job: str | None = None
+    text: str = ""
+
+    def describe(self) -> str:
+        if self.kind in ("drain", "resume"):
+            tail = f": {self.reason}" if self.reason else ""
+            return f"{self.kind} node {self.node}{tail}"
+        return f"{self.kind} job {self.job}: {self.text or self.reason}"
+
+
+@dataclass
+class ActionResult:
+    action: Action
+    outcome: str               # "done", "dry-run", "skipped", "failed"
+    message: str = ""
+
+    def to_json(self) -> dict:
+        d = asdict(self.action)
+        d.update(outcome=self.outcome, message=self.message)
+        return d

@@ -1,0 +1,68 @@
+"""Node reasons and other user-visible text built from user-controlled strings.
+
+Process names, file paths and job comments are chosen by users: they may hold
+newlines, quotes, shell syntax or bytes that are not UTF-8. A node reason must stay one
+readable line of at most 255 bytes (what `scontrol show node` and `sinfo -R` show), so
+every string that reaches Slurm goes through here.
+"""
+from __future__ import annotations
+
+import re
+
+REASON_LIMIT = 255
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+_QUOTES = re.compile(r"[\"'`]")
+_SPACES = re.compile(r"\s+")
+
+
+def clean_text(text) -> str:
+    """Any str or bytes as valid UTF-8 text: undecodable bytes become U+FFFD."""
+    if isinstance(text, bytes):
+        return text.decode("utf-8", "replace")
+    text = str(text)
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        # Lone surrogates from os.fsdecode of non-UTF-8 names.
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def one_line(text) -> str:
+    """Control characters to spaces, quotes to '?', runs of blanks to one space."""
+    text = _CONTROL.sub(" ", clean_text(text))
+    text = _QUOTES.sub("?", text)
+    return _SPACES.sub(" ", text).strip()
+
+
+def truncate_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    cut = data[:max(0, limit - 3)].decode("utf-8", "ignore").rstrip()
+    return cut + "…"
+
+
+def make_reason(prefix: str, parts: list[str], limit: int = REASON_LIMIT) -> str:
+    """`prefix part1; part2 (+N more)`, one clean line within limit bytes."""
+    prefix = one_line(prefix)
+    items = [one_line(p) for p in parts if one_line(p)]
+    body = "; ".join(items)
+    text = f"{prefix} {body}".strip()
+    if len(text.encode("utf-8")) <= limit or len(items) <= 1:
+        return truncate_bytes(text, limit)
+    # Keep as many whole parts as fit, then say how many were left out.
+    for keep in range(len(items) - 1, 0, -1):
+        text = f"{prefix} {'; '.join(items[:keep])} (+{len(items) - keep} more)"
+        if len(text.encode("utf-8")) <= limit:
+            return text
+    return truncate_bytes(f"{prefix} {items[0]} (+{len(items) - 1} more)", limit)
+
+
+def shorten_path(path: str, limit: int = 80) -> str:
+    """Keep the start and the end of a long path, which say the most."""
+    path = one_line(path)
+    if len(path) <= limit:
+        return path
+    half = (limit - 1) // 2
+    return path[:half] + "…" + path[-(limit - 1 - half):]

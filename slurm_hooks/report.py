@@ -1,0 +1,37 @@
+"""Readable reports for people at a terminal."""
+from __future__ import annotations
+
+import json
+
+from .model import FAIL, OK, WARN
+
+LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
+VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would "}
+
+
+def render(record) -> str:
+    lines = [f"slurm-hooks {record.hook} on node {record.node} (config: {record.config})"]
+    for note in record.notes:
+        lines.append(f"note: {note}")
+    for warning in record.warnings:
+        lines.append(f"warning: {warning}")
+    for check in record.checks:
+        for f in check.findings:
+            lines.append(f"  {LABEL[f.severity]}  {f.summary}")
+            if f.detail and f.severity != OK:
+                for d in f.detail.strip().splitlines()[-3:]:
+                    lines.append(f"          {d}")
+        if not check.findings:
+            lines.append(f"  OK    {check.name}: nothing to check")
+    if record.actions:
+        lines.append("actions:")
+        for r in record.actions:
+            verb = VERB.get(r.outcome, "")
+            msg = f" ({r.message})" if r.message and r.outcome != "dry-run" else ""
+            lines.append(f"  {verb}{r.action.describe()}{msg}")
+    lines.append(f"result: {record.status.upper()} in {record.duration:.2f}s")
+    return "\n".join(lines)
+
+
+def render_json(record) -> str:
+    return json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,439 @@
+"""The hang-safe runner: the one place that knows about children and deadlines.
+
+Anything that may touch a suspect filesystem, the GPU driver or another process's
+memory runs in a forked child:
+
+- the child starts its own session (so slurmd's process-group kill and our own kill
+  reach it and its helpers) and gets /dev/null on stdin/stdout/stderr with every other
+  inherited descriptor closed: slurmd reads the hook's output pipe until the last holder
+  of it exits, so a stuck child that kept it would keep slurmd waiting;
+- it reports progress ("create", "write", "fsync", ...) and its result as JSON lines on a
+  private pipe, so a child that never finishes still tells us how far it got;
+- at the deadline the parent SIGKILLs the child's process group, records "hung" and
+  does NOT wait: a child in uninterruptible sleep cannot die until the kernel call
+  returns, and waitpid (and therefore subprocess.run(timeout=), Popen.__exit__,
+  multiprocessing's exit handler, coreutils timeout) would hang with it.
+
+A killed child that is still alive a moment later is stuck in the kernel. It is written
+to local state (pid, start time, target); later runs report "still hung since T" for
+that target and start no new child for it while the old one lives, so any number of
+runs leaves at most one stuck child per target. Children that did end are reaped with
+WNOHANG.
+
+Forking the running interpreter costs about a millisecond; exec'ing a fresh Python
+would cost tens of milliseconds per probe on every health check.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+
+from .state import StateStore
+
+DONE = "done"              # the child finished and returned a value
+HUNG = "hung"              # the child missed its deadline and was killed
+STILL_HUNG = "still_hung"  # an earlier run's child for this target is still stuck
+FAILED = "failed"          # the child died or returned garbage (a bug, OOM kill, ...)
+
+STATE_NAME = "stuck-children"
+# How long killed children get to disappear before we call them stuck. Killable sleeps
+# (most FUSE and NFS waits) end within microseconds of SIGKILL.
+KILL_SETTLE = 0.05
+MAX_RESULT = 1 << 20
+
+
+@dataclass
+class Task:
+    key: str                       # the target it touches: at most one stuck child per key
+    func: Callable[..., Any]       # runs in the child as func(progress, *args)
+    args: tuple = ()
+    timeout: float = 10.0
+
+
+@dataclass
+class Outcome:
+    key: str
+    status: str
+    value: Any = None
+    error: str = ""
+    elapsed: float = 0.0           # seconds from start to result (or to the kill)
+    step: str = ""                 # the last step the child said it was starting
+    pid: int = 0
+    since: float = 0.0             # wall-clock start of the (possibly earlier) child
+
+
+@dataclass
+class _Child:
+    task: Task
+    pid: int
+    fd: int
+    started: float                 # monotonic
+    started_wall: float
+    buf: bytearray = field(default_factory=bytearray)
+    step: str = ""
+    result: Any = None
+    error: str = ""
+    got_result: bool = False
+
+
+def proc_start_time(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a process, None if it is gone.
+
+    Reading /proc/PID/stat never blocks on the target, even one in D state.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode(), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, start: int) -> bool:
+    st = proc_start_time(pid)
+    return st is not None and st[1] == start and st[0] not in ("Z", "X", "x")
+
+
+def _child_main(task: Task, wfd: int) -> None:
+    """Runs in the forked child; never returns."""
+    code = 0
+    try:
+        os.setsid()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, wfd)
+        os.closerange(wfd + 1, 1 << 20)
+
+        def progress(step: str) -> None:
+            os.write(wfd, json.dumps({"step": step}).encode() + b"\n")
+
+        try:
+            value = task.func(progress, *task.args)
+            line = json.dumps({"result": value}, default=str)
+        except BaseException as e:  # report, never propagate into the parent's code
+            line = json.dumps({"error": f"{type(e).__name__}: {e}"})
+            code = 1
+        data = memoryview(line.encode() + b"\n")
+        while data:
+            data = data[os.write(wfd, data):]
+    except BaseException:
+        code = 2
+    finally:
+        os._exit(code)
+
+
+class Runner:
+    """Runs tasks in parallel children; never blocks past the longest deadline."""
+
+    def __init__(self, state: StateStore | None = None):
+        self.state = state
+        self._stuck: dict[str, dict] | None = None
+        self._dirty = False
+
+    # --- the registry of stuck children --------------------------------------------
+    def _registry(self) -> dict[str, dict]:
+        if self._stuck is None:
+            loaded = self.state.load(STATE_NAME) if self.state else {}
+            self._stuck = {}
+            for key, entry in loaded.items():
+                try:
+                    if _alive(int(entry["pid"]), int(entry["start"])):
+                        self._stuck[key] = entry
+                except (KeyError, TypeError, ValueError):
+                    pass
+            self._dirty = len(self._stuck) != len(loaded)
+        return self._stuck
+
+    def stuck(self) -> dict[str, dict]:
+        """Targets with a live stuck child: key -> {pid, start, since, step}."""
+        return dict(self._registry())
+
+    def _save(self) -> None:
+        if self._dirty and self.state is not None:
+            self.state.save(STATE_NAME, self._stuck or {})
+            self._dirty = False
+
+    # --- running --------------------------------------------------------------------
+    def run(self, tasks: list[Task]) -> dict[str, Outcome]:
+        registry = self._registry()
+        outcomes: dict[str, Outcome] = {}
+        children: dict[int, _Child] = {}
+        for task in tasks:
+            entry = registry.get(task.key)
+            if entry is not None:
+                outcomes[task.key] = Outcome(
+                    key=task.key, status=STILL_HUNG, pid=int(entry["pid"]),
+                    since=float(entry.get("since", 0)), step=str(entry.get("step", "")),
+                    elapsed=time.time() - float(entry.get("since", time.time())),
+                    error="an earlier probe of this target is still stuck")
+                continue
+            child = self._spawn(task)
+            children[child.fd] = child
+
+        killed = self._collect(children, outcomes)
+        self._settle(killed, outcomes)
+        self._save()
+        return outcomes
+
+    def _spawn(self, task: Task) -> _Child:
+        rfd, wfd = os.pipe()
+        started, wall = time.monotonic(), time.time()
+        pid = os.fork()
+        if pid == 0:
+            os.close(rfd)
+            _child_main(task, wfd)
+        os.close(wfd)
+        os.set_blocking(rfd, False)
+        return _Child(task=task, pid=pid, fd=rfd, started=started, started_wall=wall)
+
+    def _collect(self, children: dict[int, _Child], outcomes: dict[str, Outcome]) -> list[_Child]:
+        poller = select.poll()
+        for fd in children:
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        pending = dict(children)
+        killed: list[_Child] = []
+        while pending:
+            now = time.monotonic()
+            for fd, child in list(pending.items()):
+                if now - child.started >= child.task.timeout:
+                    self._kill(child)
+                    killed.append(child)
+                    outcomes[child.task.key] = Outcome(
+                        key=child.task.key, status=HUNG, pid=child.pid, step=child.step,
+                        elapsed=now - child.started, since=child.started_wall,
+                        error=f"no answer within {child.task.timeout:g}s")
+                    self._close(poller, pending, fd)
+            if not pending:
+                break
+            wait = min(c.started + c.task.timeout for c in pending.values()) - now
+            try:
+                events = poller.poll(max(0.0, wait) * 1000 + 1)
+            except InterruptedError:
+                continue
+            for fd, _ in events:
+                child = pending.get(fd)
+                if child is None:
+                    continue
+                if self._read(child):
+                    continue
+                # EOF: the child closed its end, it has finished (or died).
+                self._close(poller, pending, fd)
+                outcomes[child.task.key] = self._finished(child)
+        return killed
+
+    def _read(self, child: _Child) -> bool:
+        """Read what is there; False at end of file."""
+        while True:
+            try:
+                data = os.read(child.fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            child.buf += data
+            if len(child.buf) > MAX_RESULT:
+                child.error = "child output too large"
+                return False
+            while b"\n" in child.buf:
+                line, _, rest = bytes(child.buf).partition(b"\n")
+                child.buf = bytearray(rest)
+                self._line(child, line)
+
+    @staticmethod
+    def _line(child: _Child, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            child.error = "unreadable child output"
+            return
+        if "step" in msg:
+            child.step = str(msg["step"])
+        elif "result" in msg:
+            child.result, child.got_result = msg["result"], True
+        elif "error" in msg:
+            child.error = str(msg["error"])
+
+    def _finished(self, child: _Child) -> Outcome:
+        elapsed = time.monotonic() - child.started
+        self._reap(child.pid)
+        if child.got_result:
+            return Outcome(key=child.task.key, status=DONE, value=child.result, pid=child.pid,
+                           elapsed=elapsed, step=child.step, since=child.started_wall)
+        return Outcome(key=child.task.key, status=FAILED, pid=child.pid, step=child.step,
+                       elapsed=elapsed, since=child.started_wall,
+                       error=child.error or "child exited without a result")
+
+    @staticmethod
+    def _close(poller, pending: dict[int, _Child], fd: int) -> None:
+        poller.unregister(fd)
+        os.close(fd)
+        del pending[fd]
+
+    @staticmethod
+    def _kill(child: _Child) -> None:
+        for kill, target in ((os.killpg, child.pid), (os.kill, child.pid)):
+            try:
+                kill(target, signal.SIGKILL)
+                return
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                return
+
+    @staticmethod
+    def _reap(pid: int) -> bool:
+        """Reap pid if it has ended; never blocks."""
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        return done == pid
+
+    def _settle(self, killed: list[_Child], outcomes: dict[str, Outcome]) -> None:
+        """Give killed children a moment to die; remember the ones that cannot."""
+        if not killed:
+            return
+        deadline = time.monotonic() + KILL_SETTLE
+        left = list(killed)
+        while left:
+            left = [c for c in left if not self._reap(c.pid)]
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(0.002)
+        registry = self._registry()
+        for child in left:
+            st = proc_start_time(child.pid)
+            if st is None:
+                continue
+            registry[child.task.key] = {"pid": child.pid, "start": st[1], "step": child.step,
+                                        "since": child.started_wall}
+            self._dirty = True
+            outcomes[child.task.key].error += "; the probe is stuck in the kernel and cannot be killed"
+
+
+def reap_finished() -> int:
+    """Reap every ended child of this process without blocking; returns how many."""
+    n = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return n
+        except OSError as e:
+            if e.errno == errno.EINTR:
+                continue
+            return n
+        if pid == 0:
+            return n
+        n += 1
+
+
+@dataclass
+class CommandResult:
+    argv: list
+    rc: int | None                 # None when it did not finish in time
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def message(self) -> str:
+        """What the command itself said, for error reports."""
+        if self.timed_out:
+            return f"{os.path.basename(self.argv[0])} gave no answer within {self.elapsed:.0f}s"
+        text = (self.stderr.strip() or self.stdout.strip()).replace("\n", "; ")
+        return text or f"{os.path.basename(self.argv[0])} exited with status {self.rc}"
+
+
+def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandResult:
+    """Run a program (argv list, absolute path, no shell) with a hard deadline.
+
+    Built on fork+exec rather than subprocess.Popen, whose parent blocks until exec()
+    has succeeded: exec'ing a binary on a hung shared filesystem (Slurm under
+    /opt/slurm on NFS is common) would block the health check with it.
+    """
+    started = time.monotonic()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.setsid()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 1 << 20)
+            os.execve(argv[0], argv, env if env is not None else os.environ)
+        except OSError as e:
+            try:
+                os.write(2, f"cannot run {argv[0]}: {e.strerror}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(127)
+    os.close(out_w)
+    os.close(err_w)
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    poller = select.poll()
+    for fd in bufs:
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    open_fds = set(bufs)
+    deadline = started + timeout
+    rc = None
+    try:
+        while open_fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _ in poller.poll(left * 1000 + 1):
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    continue
+                if data and len(bufs[fd]) < MAX_RESULT:
+                    bufs[fd] += data
+                elif not data:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+        # Output closed: the program is exiting. Poll for its status, never block.
+        while rc is None and time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done == pid:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.001)
+    finally:
+        for fd in bufs:
+            os.close(fd)
+    elapsed = time.monotonic() - started
+    if rc is None:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+                break
+            except OSError:
+                continue
+        Runner._reap(pid)
+    return CommandResult(argv=list(argv), rc=rc, timed_out=rc is None, elapsed=elapsed,
+                         stdout=bufs[out_r].decode("utf-8", "replace"),
+                         stderr=bufs[err_r].decode("utf-8", "replace"))

@@ -1,0 +1,124 @@
+"""The Slurm backend: everything slurm-hooks asks of Slurm goes through scontrol here.
+
+scontrol rather than a library binding: pyslurm must match the running Slurm's
+major.minor exactly and exists on PyPI for few releases, while `scontrol -o` output
+(one line of Key=Value per object) is stable across versions. Every call is an argv
+list (never a shell), uses an absolute path and a PATH we set ourselves
+(HealthCheckProgram runs with no PATH), and has a deadline. Errors carry scontrol's
+own message.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from .runner import CommandResult, run_command
+
+SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Fields whose value is free text and may contain spaces (and even "Word=" pieces).
+FREE_TEXT = frozenset({"Reason", "Comment", "AdminComment", "Command", "WorkDir", "StdErr",
+                       "StdIn", "StdOut", "SystemComment", "Extra", "OS", "Features",
+                       "AvailableFeatures", "ActiveFeatures"})
+_TOKEN = re.compile(r" (?=[A-Za-z][A-Za-z0-9_/:.\[\]]*=)")
+
+
+class SlurmError(Exception):
+    """A Slurm operation failed; str() is what scontrol said."""
+
+
+class SlurmUnavailable(SlurmError):
+    """No scontrol, or no slurmctld answering."""
+
+
+def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
+    """Parse one `scontrol -o show ...` line into a dict.
+
+    Keys are words followed by '='. A free-text value (Reason, AdminComment, ...) keeps
+    absorbing the following pieces until one starts with a key that scontrol really
+    prints for this object (given in `known`, learnt from the line's own well-formed
+    keys when not given), so "Reason=disk a=b broken" stays whole.
+    """
+    out: dict[str, str] = {}
+    current = None
+    for piece in _TOKEN.split(line.strip()):
+        key, sep, value = piece.partition("=")
+        if current in FREE_TEXT and (not sep or (known is not None and key not in known)
+                                     or (known is None and _looks_like_text(key, out))):
+            out[current] += " " + piece
+            continue
+        if not sep:
+            if current is not None:
+                out[current] += " " + piece
+            continue
+        out[key] = value
+        current = key
+    return out
+
+
+def _looks_like_text(key: str, seen: dict) -> bool:
+    # Without a list of keys, treat lower-case words as text: scontrol's keys are
+    # CamelCase (NodeName, State, AdminComment, MCS_label, ...).
+    return not key[:1].isupper() or key in seen
+
+
+def strip_reason_stamp(reason: str) -> str:
+    """Drop the ` [user@2026-11-29T22:20:45]` that scontrol appends to a node reason."""
+    return re.sub(r"\s*\[[^\]@]*@[^\]]*\]\s*$", "", reason)
+
+
+def find_scontrol(bin_dir: str | None) -> str | None:
+    dirs = (bin_dir,) if bin_dir else SEARCH_DIRS
+    for d in dirs:
+        path = os.path.join(d, "scontrol")
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+class Slurm:
+    def __init__(self, cfg):
+        self.timeout = cfg.timeout
+        self.scontrol = find_scontrol(cfg.bin_dir)
+        self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
+        self.env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}
+        conf = cfg.conf or os.environ.get("SLURM_CONF")
+        if conf:
+            self.env["SLURM_CONF"] = conf
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _run(self, *args: str) -> CommandResult:
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        result = run_command([self.scontrol, *args], self.timeout, self.env)
+        if result.timed_out:
+            raise SlurmUnavailable(result.message())
+        if not result.ok:
+            msg = result.message()
+            if "Unable to contact slurm controller" in msg or "Zero Bytes were transmitted" in msg:
+                raise SlurmUnavailable(msg)
+            raise SlurmError(msg)
+        return result
+
+    # --- operations ----------------------------------------------------------------------
+    def show_node(self, node: str) -> dict[str, str] | None:
+        try:
+            out = self._run("-o", "show", "node", node).stdout
+        except SlurmError as e:
+            if "not found" in str(e).lower() or "invalid node name" in str(e).lower():
+                return None
+            raise
+        line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
+        return parse_oneliner(line) if line else None
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
+
+    def resume(self, node: str) -> None:
+        self._run("update", f"nodename={node}", "state=resume")
+
+
+def node_is_drained(info: dict[str, str]) -> bool:
+    # DRAIN, DRAINING, DRAINED and IDLE+DRAIN all mean "no new jobs here".
+    return "DRAIN" in info.get("State", "").upper()

@@ -1,0 +1,126 @@
+"""Configuration: defaults, the shipped file, and errors that name file, line and key."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from slurm_hooks import config
+from helpers import SLURM_HOOKS, ROOT
+
+
+def problems(tmp_path, text):
+    p = tmp_path / "x.yaml"
+    p.write_text(text)
+    with pytest.raises(config.ConfigError) as e:
+        config.load(str(p))
+    return [line.replace(str(p), "x.yaml") for line in e.value.problems]
+
+
+def test_shipped_file_is_the_builtin_defaults():
+    shipped = config.load(str(ROOT / "conf" / "slurm-hooks.yaml"))
+    builtin = config.Config()
+    assert dataclasses.replace(shipped, source="") == dataclasses.replace(builtin, source="")
+
+
+def test_every_setting_is_documented_in_shipped_file_and_readme():
+    conf_text = (ROOT / "conf" / "slurm-hooks.yaml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    for key, f in config.iter_settings():
+        leaf = key.split(".")[-1].replace("[]", "")
+        assert re.search(rf"\b{leaf}\b", conf_text), f"{key} not in conf/slurm-hooks.yaml"
+        assert f"`{key}`" in readme, f"{key} not documented in README.md"
+
+
+def test_negative_timeout_names_file_line_and_key(tmp_path):
+    text = "filesystems:\n  - path: /scratch\n    timeout: -3\n"
+    assert problems(tmp_path, text) == ["x.yaml:3: filesystems[0].timeout: must be > 0 seconds, got -3"]
+
+
+def test_zero_timeout_and_wrong_types(tmp_path):
+    text = ("filesystem_defaults:\n  timeout: 0\n  payload_bytes: lots\n"
+            "slurm:\n  timeout: '5'\nfilesystems: /scratch\n")
+    assert problems(tmp_path, text) == [
+        "x.yaml:2: filesystem_defaults.timeout: must be > 0 seconds, got 0",
+        "x.yaml:3: filesystem_defaults.payload_bytes: must be a whole number, got 'lots'",
+        "x.yaml:5: slurm.timeout: must be a number of seconds, got '5'",
+        "x.yaml:6: filesystems: must be a list, got '/scratch'",
+    ]
+
+
+def test_unknown_keys_with_suggestion(tmp_path):
+    text = "stat_dir: /x\nslurm:\n  timout: 5\nfilesystems:\n  - path: /a\n    bogus: 1\n"
+    got = problems(tmp_path, text)
+    assert got[0].startswith("x.yaml:1: stat_dir: unknown setting (did you mean state_dir?)")
+    assert got[1].startswith("x.yaml:3: slurm.timout: unknown setting (did you mean timeout?)")
+    assert got[2].startswith("x.yaml:6: filesystems[0].bogus: unknown setting")
+
+
+def test_missing_required_and_bad_values(tmp_path):
+    text = ("filesystems:\n  - mode: write\n  - path: relative/dir\n  - path: /x\n    mode: writ\n"
+            "  - path: /y\n    timeout: 2\n    warn_after: 5\n  - path: /y\nreason_prefix: '  '\n")
+    assert problems(tmp_path, text) == [
+        "x.yaml:2: filesystems[0].path: required setting is missing",
+        "x.yaml:3: filesystems[1].path: must be an absolute path, got 'relative/dir'",
+        "x.yaml:5: filesystems[2].mode: must be one of write, read, got 'writ'",
+        "x.yaml:8: filesystems[3].warn_after: must be below timeout (2s), got 5",
+        "x.yaml:9: filesystems[4].path: /y is already given in filesystems[3]",
+        "x.yaml:10: reason_prefix: must not be empty: it is how slurm-hooks tells its own drains from an admin's",
+    ]
+
+
+def test_yaml_syntax_error_names_line(tmp_path):
+    got = problems(tmp_path, "slurm:\n  timeout: 5\n bad: [\n")
+    assert len(got) == 1 and got[0].startswith("x.yaml:3: not valid YAML")
+
+
+def test_top_level_must_be_mapping(tmp_path):
+    assert problems(tmp_path, "- a\n- b\n") == ["x.yaml:1: (top level): must be a mapping of settings, got a list"]
+
+
+def test_empty_file_is_defaults(tmp_path):
+    p = tmp_path / "empty.yaml"
+    p.write_text("# nothing\n")
+    assert dataclasses.replace(config.load(str(p)), source="") == dataclasses.replace(config.Config(), source="")
+
+
+def test_values_are_applied(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("filesystems:\n  - path: /scratch/\n    mountpoint: /scratch\n    timeout: 3\n"
+                 "filesystem_defaults:\n  warn_after: 0.5\n")
+    cfg = config.load(str(p))
+    fs = cfg.filesystems[0]
+    assert (fs.path, fs.mountpoint, fs.timeout) == ("/scratch/", "/scratch", 3.0)
+    assert config.fs_timeout(cfg, fs) == 3.0 and config.fs_warn_after(cfg, fs) == 0.5
+    assert config.fs_payload(cfg, fs) == 4096
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([str(SLURM_HOOKS), *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_config_check_command(tmp_path):
+    good = run_cli("config", "check", str(ROOT / "conf" / "slurm-hooks.yaml"))
+    assert good.returncode == 0 and good.stdout.strip().endswith(": OK")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filesystems:\n  - path: /scratch\n    timeout: -3\n")
+    r = run_cli("config", "check", str(bad))
+    assert r.returncode == 2
+    assert f"{bad}:3: filesystems[0].timeout: must be > 0 seconds, got -3" in r.stderr
+
+
+def test_every_command_rejects_bad_config_with_status_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("filesystems:\n  - path: /scratch\n    timeout: -3\n")
+    for cmd in (["check"], ["healthcheck", "--dry-run"]):
+        r = run_cli("--config", str(bad), *cmd)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert "filesystems[0].timeout" in r.stderr
+
+
+def test_missing_config_file_is_an_error(tmp_path):
+    r = run_cli("--config", str(tmp_path / "nope.yaml"), "check")
+    assert r.returncode == 2 and "nope.yaml: cannot read" in r.stderr

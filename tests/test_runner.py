@@ -1,0 +1,88 @@
+"""The hang-safe runner with ordinary children (hung filesystems: test_filesystem.py)."""
+from __future__ import annotations
+
+import os
+import time
+
+from slurm_hooks.runner import DONE, FAILED, HUNG, Runner, Task, run_command
+from slurm_hooks.state import StateStore
+from helpers import proc_state
+
+
+def _ok(progress, x):
+    progress("working")
+    return {"double": x * 2}
+
+
+def _sleep(progress, seconds):
+    progress("sleeping")
+    time.sleep(seconds)
+    return "late"
+
+
+def _boom(progress):
+    raise OSError(5, "Input/output error")
+
+
+def _exit_hard(progress):
+    os._exit(9)
+
+
+def _environment(progress):
+    links = {}
+    for n in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            links[n] = os.readlink(f"/proc/self/fd/{n}")
+        except OSError:
+            pass   # the directory descriptor listdir itself used, closed by now
+    return {"sid_is_pid": os.getsid(0) == os.getpid(), "links": links}
+
+
+def test_results_errors_and_deaths_are_told_apart(tmp_path):
+    r = Runner(StateStore(str(tmp_path)))
+    out = r.run([Task("t:ok", _ok, (21,), 5), Task("t:boom", _boom, (), 5),
+                 Task("t:exit", _exit_hard, (), 5)])
+    assert out["t:ok"].status == DONE and out["t:ok"].value == {"double": 42}
+    assert out["t:ok"].step == "working"
+    assert out["t:boom"].status == FAILED and "Input/output error" in out["t:boom"].error
+    assert out["t:exit"].status == FAILED and "without a result" in out["t:exit"].error
+
+
+def test_deadline_kills_and_does_not_wait(tmp_path):
+    r = Runner(StateStore(str(tmp_path)))
+    t0 = time.monotonic()
+    out = r.run([Task(f"t:{i}", _sleep, (30,), 0.5) for i in range(5)])
+    elapsed = time.monotonic() - t0
+    assert elapsed < 1.0, "five 0.5 s deadlines run in parallel"
+    for i in range(5):
+        o = out[f"t:{i}"]
+        assert o.status == HUNG and o.step == "sleeping" and 0.5 <= o.elapsed < 0.9
+        # An ordinary sleeper dies on SIGKILL: reaped, not remembered as stuck.
+        assert proc_state(o.pid) is None
+    assert r.stuck() == {}
+
+
+def test_child_has_own_session_and_inherits_no_descriptors(tmp_path):
+    leak_r, leak_w = os.pipe()      # stands for slurmd's pipe to the hook
+    leak = os.readlink(f"/proc/self/fd/{leak_w}")
+    try:
+        out = Runner(None).run([Task("t:env", _environment, (), 5)])
+    finally:
+        os.close(leak_r)
+        os.close(leak_w)
+    v = out["t:env"].value
+    assert v["sid_is_pid"]
+    links = v["links"]
+    assert [links[n] for n in ("0", "1", "2")] == ["/dev/null"] * 3
+    others = [link for n, link in links.items() if n not in ("0", "1", "2")]
+    assert leak not in others
+    assert len(others) == 1 and others[0].startswith("pipe:"), others   # the private result pipe
+
+
+def test_run_command_reports_message_and_deadline():
+    r = run_command(["/bin/sh", "-c", "echo 'Unable to contact slurm controller' >&2; exit 1"], 5)
+    assert r.rc == 1 and r.message() == "Unable to contact slurm controller"
+    t0 = time.monotonic()
+    r = run_command(["/bin/sh", "-c", "sleep 30 & sleep 30"], 0.3)
+    assert r.timed_out and r.rc is None and time.monotonic() - t0 < 0.6
+    assert run_command(["/nonexistent/scontrol"], 5).rc == 127
