@@ -105,8 +105,10 @@ class Slurm:
     def show_node(self, node: str) -> dict[str, str] | None:
         try:
             out = self._run("-o", "show", "node", node).stdout
+        except SlurmUnavailable:
+            raise
         except SlurmError as e:
-            if "not found" in str(e).lower() or "invalid node name" in str(e).lower():
+            if f"node {node} not found" in str(e).lower() or "invalid node name" in str(e).lower():
                 return None
             raise
         line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)

@@ -29,3 +29,36 @@ def proc_state(pid: int) -> str | None:
     except OSError:
         return None
     return data[data.rfind(b")") + 2:].split()[0].decode()
+
+
+def write_node_configs(root: Path, cluster, per_node: dict, common: dict | None = None) -> Path:
+    """One slurm-hooks config per node of the test cluster, and the wrapper slurmd runs.
+
+    The three slurmd share this host, so each node gets its own config file, chosen by
+    $SLURMD_NODENAME in a two-line wrapper (the way a site points HealthCheckProgram at
+    a config outside /etc). The wrapper sets nothing else: slurm-hooks must work with
+    HealthCheckProgram's bare environment (no PATH, no SLURM_CONF).
+    """
+    import yaml
+    conf_dir = root / "conf"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    for node in cluster.nodes:
+        doc = {"state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
+               "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+        doc.update(common or {})
+        doc.update(per_node.get(node, {}))
+        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump(doc))
+    wrapper = root / "healthcheck"
+    wrapper.write_text("#!/bin/sh\n"
+                       f'SLURM_HOOKS_CONFIG="{conf_dir}/$SLURMD_NODENAME.yaml" '
+                       f'exec {BIN}/slurm-hooks-healthcheck\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def journal(root: Path, node: str) -> list[dict]:
+    import json
+    path = root / f"journal-{node}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

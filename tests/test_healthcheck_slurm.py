@@ -1,0 +1,107 @@
+"""End to end on the real cluster: slurmd runs slurm-hooks as HealthCheckProgram, a hung
+mount drains exactly the node that has it, with a reason naming the mount."""
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from helpers import BIN, SLURM_HOOKS, journal, write_node_configs
+from slurm_hooks.actions import execute
+from slurm_hooks.config import SlurmConfig
+from slurm_hooks.model import Action
+from slurm_hooks.slurm import Slurm
+
+pytestmark = pytest.mark.cluster
+INTERVAL, DEADLINE = 3, 2
+
+
+def test_slurmd_runs_healthcheck_and_drains_only_the_sick_node(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    scratch = {n: tmp_path / f"scratch-{n}" for n in cluster.nodes}
+    for d in scratch.values():
+        d.mkdir()
+    per_node = {n: {"filesystems": [{"path": str(scratch[n])}]} for n in cluster.nodes}
+    per_node["n1"]["filesystems"].append({"path": str(hung_mount.path)})
+    wrapper = write_node_configs(tmp_path, cluster, per_node,
+                                 {"filesystem_defaults": {"timeout": DEADLINE, "warn_after": 1}})
+    t0 = time.monotonic()
+    cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
+                        "HealthCheckNodeState=ANY")
+
+    cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n1"), timeout=INTERVAL + DEADLINE + 5,
+                     what="n1 drained by the health check")
+    took = time.monotonic() - t0
+    reason = cluster.show_node("n1")["Reason"]
+    assert reason.startswith(f"slurm-hooks: fs {hung_mount.path} create hung >{DEADLINE}s (fuse.fusefs)"), reason
+    assert took < INTERVAL + DEADLINE + 5
+
+    # The healthy nodes ran the same program and stayed in service.
+    cluster.wait_for(lambda: all(journal(tmp_path, n) for n in ("n2", "n3")), timeout=INTERVAL * 3,
+                     what="health check runs on n2 and n3")
+    for n in ("n2", "n3"):
+        assert "DRAIN" not in cluster.node_state(n)
+        assert all(r["status"] == "healthy" and r["node"] == n for r in journal(tmp_path, n))
+
+    runs = journal(tmp_path, "n1")
+    sick = next(r for r in runs if r["status"] == "unhealthy")
+    assert sick["hook"] == "healthcheck" and sick["node"] == "n1"
+    drains = [a for r in runs for a in r["actions"] if a["kind"] == "drain" and a["outcome"] == "done"]
+    assert drains and drains[0]["reason"] == reason.split(" [")[0]
+    # Later runs see the drain is ours and already says this: nothing is redone.
+    cluster.wait_for(lambda: any(a["outcome"] == "skipped" for r in journal(tmp_path, "n1")
+                                 for a in r["actions"]), timeout=INTERVAL * 3, what="a second run")
+
+
+def run_healthcheck(cluster, tmp_path, node, filesystems, *args, slurm=None):
+    cfg = tmp_path / f"{node}.yaml"
+    import yaml
+    cfg.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
+        "filesystems": filesystems, "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
+        "slurm": slurm or {"conf": str(cluster.conf_path), "timeout": 10}}))
+    env = {"SLURMD_NODENAME": node}
+    return subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "healthcheck", *args],
+                          capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_admin_drain_is_never_overwritten(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: DIMM replacement")
+    r = run_healthcheck(cluster, tmp_path, "n2", [{"path": str(hung_mount.path)}])
+    assert r.returncode == 1
+    assert "skipped: drain node n2" in r.stdout and "already drained by someone else" in r.stdout
+    assert cluster.show_node("n2")["Reason"].startswith("admin: DIMM replacement")
+
+
+def test_dry_run_prints_and_does_nothing(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    r = run_healthcheck(cluster, tmp_path, "n3", [{"path": str(hung_mount.path)}], "--dry-run")
+    assert r.returncode == 1
+    assert f"would drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s" in r.stdout
+    assert "DRAIN" not in cluster.node_state("n3")
+
+
+def test_without_slurm_it_says_what_it_would_do(clean_cluster, hung_mount, tmp_path):
+    r = run_healthcheck(clean_cluster, tmp_path, "n3", [{"path": str(hung_mount.path)}],
+                        slurm={"bin_dir": str(tmp_path)})
+    assert r.returncode == 1
+    assert (f"would drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs) "
+            f"(Slurm unreachable, not done: scontrol not found in {tmp_path})") in r.stdout
+
+
+def test_backend_resumes_only_its_own_drains(clean_cluster):
+    cluster = clean_cluster
+    slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10))
+    slurm.drain("n1", "slurm-hooks: fs /x hung")
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin says no")
+    results = execute([Action("resume", node="n1"), Action("resume", node="n2"),
+                       Action("resume", node="n3")], slurm, "slurm-hooks:", dry_run=False)
+    assert [r.outcome for r in results] == ["done", "skipped", "skipped"]
+    assert "not ours to resume" in results[1].message
+    assert "DRAIN" not in cluster.node_state("n1") and "DRAIN" in cluster.node_state("n2")
+    assert slurm.show_node("nosuchnode") is None
+    info = slurm.show_node("n2")
+    assert info["Reason"].startswith("admin says no")
