@@ -6,7 +6,6 @@ HealthCheckProgram is run by slurmd with no arguments, so it gets its own execut
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from . import __version__
@@ -15,12 +14,14 @@ EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
 
 def _config_option(parser, default) -> None:
+    import argparse
     parser.add_argument("-c", "--config", metavar="FILE", default=default,
                         help="configuration file (default: $SLURM_HOOKS_CONFIG, else "
                         "/etc/slurm-hooks/slurm-hooks.yaml if present, else built-in defaults)")
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser():
+    import argparse
     # --config is accepted before and after the subcommand; SUPPRESS keeps a
     # subcommand's unset option from overwriting the value given before it.
     common = argparse.ArgumentParser(add_help=False)

@@ -16,6 +16,9 @@ from dataclasses import MISSING, dataclass, field, fields
 
 DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
 ENV_VAR = "SLURM_HOOKS_CONFIG"
+# Validated configurations are cached here (tmpfs, root only), keyed by the file's
+# identity: importing and running YAML costs more than the rest of a healthy run.
+CACHE_DIR = "/run/slurm-hooks"
 
 
 class ConfigError(Exception):
@@ -132,17 +135,84 @@ def config_path(explicit: str | None) -> str | None:
     return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
 
 
-def load(path: str | None) -> Config:
+def load(path: str | None, cache_dir: str | None = CACHE_DIR) -> Config:
     if path is None:
         return Config()
     try:
         with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = _cache_key(path, st)
+            cached = _cache_get(cache_dir, path, key)
+            if cached is not None:
+                return cached
             text = f.read()
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
     cfg = loads(text, path)
     cfg.source = path
+    _cache_put(cache_dir, path, key, cfg)
     return cfg
+
+
+def _cache_key(path: str, st) -> list:
+    from . import __version__
+    return [__version__, os.path.abspath(path), st.st_dev, st.st_ino, st.st_size,
+            st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _cache_file(cache_dir: str, path: str) -> str:
+    # The key inside the file holds the full path; a clash only costs a cache miss.
+    return os.path.join(cache_dir, "config" + os.path.abspath(path).replace("/", "%")[-200:] + ".json")
+
+
+def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
+    if not cache_dir:
+        return None
+    import json
+    try:
+        with open(_cache_file(cache_dir, path), "rb") as f:
+            entry = json.loads(f.read())
+        if entry.get("key") != key:
+            return None
+        cfg = _from_dict(Config, entry["config"])
+        cfg.source = path
+        return cfg
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None   # no cache, a stale one, or a foreign file: read the YAML
+
+
+def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None:
+    if not cache_dir:
+        return
+    import json
+    from dataclasses import asdict
+    target = _cache_file(cache_dir, path)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump({"key": key, "config": asdict(cfg)}, f)
+        os.replace(tmp, target)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _from_dict(cls, data: dict):
+    """Rebuild a validated configuration from its asdict() form (the cache)."""
+    values = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        v, kind = data[f.name], f.metadata.get("kind")
+        if kind == "section":
+            v = _from_dict(f.metadata["cls"], v)
+        elif kind == "list":
+            v = [_from_dict(f.metadata["item"], item) for item in v]
+        values[f.name] = v
+    return cls(**values)
 
 
 def loads(text: bytes | str, path: str = "<string>") -> Config:

@@ -124,3 +124,31 @@ def test_every_command_rejects_bad_config_with_status_2(tmp_path):
 def test_missing_config_file_is_an_error(tmp_path):
     r = run_cli("--config", str(tmp_path / "nope.yaml"), "check")
     assert r.returncode == 2 and "nope.yaml: cannot read" in r.stderr
+
+
+def test_cache_serves_unchanged_files_and_notices_edits(tmp_path):
+    cache = tmp_path / "cache"
+    p = tmp_path / "c.yaml"
+    p.write_text("filesystems:\n  - path: /a\n    timeout: 3\n")
+    first = config.load(str(p), cache_dir=str(cache))
+    assert len(list(cache.iterdir())) == 1
+    again = config.load(str(p), cache_dir=str(cache))
+    assert again == first and again.filesystems[0].timeout == 3.0
+    assert isinstance(again.filesystems[0], config.FilesystemConfig)
+    assert isinstance(again.slurm, config.SlurmConfig)
+
+    p.write_text("filesystems:\n  - path: /a\n    timeout: 4\n")
+    assert config.load(str(p), cache_dir=str(cache)).filesystems[0].timeout == 4.0
+    p.write_text("filesystems:\n  - path: /a\n    timeout: -4\n")
+    with pytest.raises(config.ConfigError):
+        config.load(str(p), cache_dir=str(cache))
+
+
+def test_corrupt_cache_is_ignored(tmp_path):
+    cache = tmp_path / "cache"
+    p = tmp_path / "c.yaml"
+    p.write_text("reason_prefix: 'site:'\n")
+    config.load(str(p), cache_dir=str(cache))
+    for f in cache.iterdir():
+        f.write_text("{not json")
+    assert config.load(str(p), cache_dir=str(cache)).reason_prefix == "site:"
