@@ -1,57 +1,158 @@
 """Carrying actions out through the Slurm backend, or saying what would be done.
 
-Never undo or overwrite what an admin did: a node already drained with a reason that
-does not carry our prefix keeps that reason.
+- Never undo or overwrite what an admin did: a node already drained with a reason that
+  does not carry our prefix keeps that reason, and is not resumed by us.
+- At most once per incident: job and reboot actions that succeeded are remembered in
+  local state (the ledger, keyed by Action.key), so the next health check, which still
+  sees the same stuck task, does not requeue again or repeat the comment.
+- A job comment keeps whatever an admin already wrote in AdminComment.
 """
 from __future__ import annotations
 
+import time
+
 from .model import Action, ActionResult
+from .reason import one_line
 from .slurm import Slurm, SlurmError, SlurmUnavailable, node_is_drained, strip_reason_stamp
 
 DONE, DRY_RUN, SKIPPED, FAILED = "done", "dry-run", "skipped", "failed"
+LEDGER = "actions-done"
+TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 
 
-def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool) -> list[ActionResult]:
+def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool,
+            ledger: dict | None = None) -> list[ActionResult]:
+    """Carry out actions in order; `ledger` (key -> when done) is read and updated."""
+    ledger = ledger if ledger is not None else {}
     results = []
     for action in actions:
+        done_at = ledger.get(action.key) if action.incident else None
+        if done_at is not None:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(done_at))
+            results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}"))
+            continue
         if dry_run:
             results.append(ActionResult(action, DRY_RUN, "dry run: not done"))
             continue
         try:
-            results.append(_apply(action, slurm, prefix))
+            result = _apply(action, slurm, prefix)
         except SlurmUnavailable as e:
-            results.append(ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}"))
+            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}")
         except SlurmError as e:
-            results.append(ActionResult(action, FAILED, f"scontrol refused: {e}"))
+            result = ActionResult(action, FAILED, f"scontrol refused: {e}")
+        if action.incident and result.outcome in (DONE, SKIPPED):
+            ledger[action.key] = time.time()
+        results.append(result)
     return results
 
 
 def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
     if slurm is None:
         raise SlurmUnavailable("no Slurm backend")
-    if action.kind == "drain":
-        info = slurm.show_node(action.node)
-        if info is None:
-            return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
-        current = strip_reason_stamp(info.get("Reason", ""))
-        if node_is_drained(info):
-            if not current.startswith(prefix):
-                return ActionResult(action, SKIPPED,
-                                    f"already drained by someone else (reason: {current or 'none'}); left as it is")
-            if current == action.reason:
-                return ActionResult(action, SKIPPED, "already drained with this reason")
-        slurm.drain(action.node, action.reason)
-        return ActionResult(action, DONE)
-    if action.kind == "resume":
-        info = slurm.show_node(action.node)
-        if info is None:
-            return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
-        current = strip_reason_stamp(info.get("Reason", ""))
-        if not node_is_drained(info):
-            return ActionResult(action, SKIPPED, "not drained")
+    handler = _HANDLERS.get(action.kind)
+    if handler is None:
+        return ActionResult(action, FAILED, f"unknown action {action.kind}")
+    return handler(action, slurm, prefix)
+
+
+def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info = slurm.show_node(action.node)
+    if info is None:
+        return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
+    current = strip_reason_stamp(info.get("Reason", ""))
+    if node_is_drained(info):
         if not current.startswith(prefix):
             return ActionResult(action, SKIPPED,
-                                f"drained by someone else (reason: {current or 'none'}); not ours to resume")
-        slurm.resume(action.node)
-        return ActionResult(action, DONE)
-    return ActionResult(action, FAILED, f"unknown action {action.kind}")
+                                f"already drained by someone else (reason: {current or 'none'}); left as it is")
+        if current == action.reason:
+            return ActionResult(action, SKIPPED, "already drained with this reason")
+    slurm.drain(action.node, action.reason)
+    return ActionResult(action, DONE)
+
+
+def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info = slurm.show_node(action.node)
+    if info is None:
+        return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
+    current = strip_reason_stamp(info.get("Reason", ""))
+    if not node_is_drained(info):
+        return ActionResult(action, SKIPPED, "not drained")
+    if not current.startswith(prefix):
+        return ActionResult(action, SKIPPED,
+                            f"drained by someone else (reason: {current or 'none'}); not ours to resume")
+    slurm.resume(action.node)
+    return ActionResult(action, DONE)
+
+
+def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info = slurm.show_job(action.job)
+    if info is None:
+        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    if action.text in _admin_comment(info):
+        return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis")
+    _append_comment(slurm, action.job, info, action.text)
+    return ActionResult(action, DONE)
+
+
+def _admin_comment(info: dict) -> str:
+    value = info.get("AdminComment", "")
+    return "" if value == "(null)" else value
+
+
+def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
+    old = _admin_comment(info)
+    slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
+
+
+def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info = slurm.show_job(action.job)
+    if info is None:
+        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    state = info.get("JobState", "")
+    if state in TERMINAL:
+        return ActionResult(action, SKIPPED, f"job already ended ({state})")
+    why = None
+    if info.get("Requeue") == "0":
+        why = "requeue is disabled for this job (--no-requeue or JobRequeue=0)"
+    elif info.get("BatchFlag") == "0":
+        why = "not a batch job (srun/salloc jobs cannot be requeued)"
+    else:
+        try:
+            slurm.requeue(action.job)
+            return ActionResult(action, DONE)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            why = f"scontrol requeue refused: {e}"
+    return _fallback(action, slurm, prefix, info, why)
+
+
+def _fallback(action: Action, slurm: Slurm, prefix: str, info: dict, why: str) -> ActionResult:
+    if action.fallback == "cancel":
+        slurm.cancel(action.job)
+        note, outcome, msg = "cancelled instead", DONE, f"cancelled instead: {why}"
+    else:
+        note, outcome, msg = "left running", SKIPPED, f"not requeued, left running: {why}"
+    text = one_line(f"{prefix} not requeued ({why}); {note}")
+    try:
+        _append_comment(slurm, action.job, slurm.show_job(action.job) or info, text)
+    except SlurmError as e:
+        msg += f"; could not record it on the job: {e}"
+    return ActionResult(action, outcome, msg)
+
+
+def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    try:
+        slurm.reboot(action.node, action.reason)
+    except SlurmUnavailable:
+        raise
+    except SlurmError as e:
+        if "RebootProgram" in str(e):
+            return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)")
+        raise
+    return ActionResult(action, DONE, "reboot requested once the node is idle (nextstate=RESUME)")
+
+
+_HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
+             "reboot": _reboot}

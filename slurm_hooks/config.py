@@ -101,6 +101,47 @@ class SlurmConfig:
 
 
 @dataclass
+class StuckTasksConfig:
+    enabled: bool = setting(True, kind="bool",
+                            doc="Look for tasks (any thread) stuck in uninterruptible sleep (D).")
+    grace: float = setting(120.0, kind="seconds",
+                           doc="A task counts as stuck after this long in D with no progress "
+                           "(unchanged context-switch counts), remembered across runs.")
+    sample_window: float = setting(1.0, kind="seconds",
+                                   doc="When D tasks not seen before are found, sample them again "
+                                   "this much later in the same run, to tell a stuck task from one "
+                                   "doing slow I/O.")
+    inspect_timeout: float = setting(2.0, kind="seconds",
+                                     doc="Deadline of the child that reads a stuck process's "
+                                     "environment (for its rank), command line and path arguments.")
+    non_job_tasks: str = setting("warn", kind="enum", choices=("ignore", "warn", "drain"),
+                                 doc="What a stuck task outside any Slurm job does: nothing, a "
+                                 "warning in the report, or drain the node.")
+    listpids_fallback: bool = setting(True, kind="bool",
+                                      doc="Ask `scontrol listpids` which job a stuck process belongs "
+                                      "to when its cgroup does not say (proctrack/linuxproc).")
+
+
+@dataclass
+class ActionsConfig:
+    drain: bool = setting(True, kind="bool",
+                          doc="Drain the node when a check fails. false: report only.")
+    comment_job: bool = setting(True, kind="bool",
+                                doc="Record the diagnosis in the job's AdminComment (what was "
+                                "there is kept).")
+    requeue_job: bool = setting(True, kind="bool",
+                                doc="Requeue a job with a stuck task, so its healthy nodes are freed "
+                                "and it restarts elsewhere from its checkpoint.")
+    requeue_fallback: str = setting("leave", kind="enum", choices=("leave", "cancel"),
+                                    doc="For a job that cannot be requeued (--no-requeue, not a "
+                                    "batch job): leave it running and report, or cancel it.")
+    reboot: bool = setting(True, kind="bool",
+                           doc="Ask Slurm to reboot the node once it is idle (`scontrol reboot "
+                           "ASAP nextstate=RESUME`) when a task is stuck for good: only a reboot "
+                           "clears it. Needs RebootProgram in slurm.conf.")
+
+
+@dataclass
 class Config:
     node_name: str | None = setting(None, nullable=True,
                                     doc="This node's Slurm name. Default: $SLURMD_NODENAME, "
@@ -119,6 +160,10 @@ class Config:
                                 "with discover_network_mounts, every network mount (read).")
     filesystem_defaults: FilesystemDefaults = setting(kind="section", cls=FilesystemDefaults,
                                                       doc="Defaults for every filesystems entry.")
+    stuck_tasks: StuckTasksConfig = setting(kind="section", cls=StuckTasksConfig,
+                                            doc="Tasks stuck in uninterruptible sleep.")
+    actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
+                                     doc="What slurm-hooks may do about what it finds.")
     slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
 
     # Where this configuration came from, for reports; not a setting.
@@ -156,8 +201,10 @@ def load(path: str | None, cache_dir: str | None = CACHE_DIR) -> Config:
 
 def _cache_key(path: str, st) -> list:
     from . import __version__
-    return [__version__, os.path.abspath(path), st.st_dev, st.st_ino, st.st_size,
-            st.st_mtime_ns, st.st_ctime_ns]
+    # This module's own identity too: a new schema must not be served an old entry.
+    me = os.stat(__file__)
+    return [__version__, me.st_mtime_ns, me.st_size, os.path.abspath(path), st.st_dev, st.st_ino,
+            st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _cache_file(cache_dir: str, path: str) -> str:

@@ -15,7 +15,7 @@ from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
-DEFAULT_CHECKS = ["filesystem"]
+DEFAULT_CHECKS = ["filesystem", "stuck_tasks"]
 
 
 @dataclass
@@ -81,21 +81,30 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
     record.notes = ctx.notes
     if act:
-        record.actions = take_actions(cfg, node, record.findings, dry_run)
+        record.actions = take_actions(cfg, node, record.findings, dry_run, state)
     reap_finished()
     record.warnings = state.warnings
     record.duration = time.monotonic() - t0
     return record
 
 
-def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool) -> list[ActionResult]:
+def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) -> list[ActionResult]:
     from .policy import decide
-    actions = decide(findings, node, cfg.reason_prefix)
-    if not actions:
+    actions = decide(findings, node, cfg.reason_prefix, cfg.actions)
+    ledger_path_exists = os.path.exists(state.path("actions-done"))
+    if not actions and not ledger_path_exists:
         return []
-    from .actions import execute
+    from .actions import LEDGER, execute
     from .slurm import Slurm
-    return execute(actions, None if dry_run else Slurm(cfg.slurm), cfg.reason_prefix, dry_run)
+    ledger = state.load(LEDGER)
+    results = execute(actions, None if dry_run else Slurm(cfg.slurm), cfg.reason_prefix, dry_run, ledger)
+    # Forget incidents that are over: their keys will not come back (a new stuck task
+    # is a new incident), and the ledger must not grow without bound.
+    live = {a.key for a in actions}
+    ledger = {k: v for k, v in ledger.items() if k in live}
+    if not dry_run:
+        state.save(LEDGER, ledger)
+    return results
 
 
 def record_run(cfg, record: RunRecord) -> None:

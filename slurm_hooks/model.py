@@ -34,6 +34,14 @@ class Finding:
     summary: str               # one short line, fit for a node reason: "fs /scratch write hung >10s (fuse)"
     detail: str = ""           # a longer line for people reading a report
     evidence: dict = field(default_factory=dict)
+    job: str | None = None     # the Slurm job it concerns, if any
+    incident: str | None = None  # stable identity across runs: act once per incident
+    reason: str = ""           # stable node-reason text (summary may carry a changing duration)
+    needs_reboot: bool = False # only a reboot clears it (an unkillable task)
+
+    @property
+    def reason_text(self) -> str:
+        return self.reason or self.summary
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -54,17 +62,26 @@ class CheckRun:
 
 @dataclass
 class Action:
-    kind: str                  # "drain", "resume", later "requeue", "comment", "reboot"
+    kind: str                  # drain, resume, reboot (a node); comment, requeue (a job)
     node: str = ""
-    reason: str = ""
+    reason: str = ""           # node reason (drain, reboot)
     job: str | None = None
-    text: str = ""
+    text: str = ""             # comment text; for requeue, the diagnosis to record
+    incident: str | None = None  # actions on the same incident are taken once
+    fallback: str = ""         # requeue: what to do with a job that cannot be requeued
+
+    @property
+    def key(self) -> str:
+        """Identity for 'at most once per incident'."""
+        return f"{self.kind}:{self.job or self.node}:{self.incident}"
 
     def describe(self) -> str:
-        if self.kind in ("drain", "resume"):
+        if self.kind in ("drain", "resume", "reboot"):
             tail = f": {self.reason}" if self.reason else ""
             return f"{self.kind} node {self.node}{tail}"
-        return f"{self.kind} job {self.job}: {self.text or self.reason}"
+        if self.kind == "comment":
+            return f"record on job {self.job}: {self.text}"
+        return f"{self.kind} job {self.job}"
 
 
 @dataclass

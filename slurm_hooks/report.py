@@ -22,7 +22,7 @@ def render(record) -> str:
                 for d in f.detail.strip().splitlines()[-3:]:
                     lines.append(f"          {d}")
         if not check.findings:
-            lines.append(f"  OK    {check.name}: nothing to check")
+            lines.append(f"  OK    {check.name}: nothing found")
     if record.actions:
         lines.append("actions:")
         for r in record.actions:

@@ -45,6 +45,7 @@ STATE_NAME = "stuck-children"
 # (most FUSE and NFS waits) end within microseconds of SIGKILL.
 KILL_SETTLE = 0.05
 MAX_RESULT = 1 << 20
+PROBE_COMM = "slurm-hooks-prb"   # at most 15 characters: the kernel's comm limit
 
 
 @dataclass
@@ -115,6 +116,12 @@ def _child_main(task: Task, wfd: int) -> None:
             os.dup2(devnull, fd)
         os.closerange(3, wfd)
         os.closerange(wfd + 1, 1 << 20)
+        try:
+            # The thread name is what a D-state scan sees; it marks the child as ours.
+            with open("/proc/self/comm", "w") as f:
+                f.write(PROBE_COMM)
+        except OSError:
+            pass
 
         def progress(step: str) -> None:
             os.write(wfd, json.dumps({"step": step}).encode() + b"\n")
@@ -132,6 +139,12 @@ def _child_main(task: Task, wfd: int) -> None:
         code = 2
     finally:
         os._exit(code)
+
+
+@dataclass
+class Batch:
+    children: dict = field(default_factory=dict)      # read fd -> _Child
+    outcomes: dict = field(default_factory=dict)      # key -> Outcome
 
 
 class Runner:
@@ -167,25 +180,31 @@ class Runner:
 
     # --- running --------------------------------------------------------------------
     def run(self, tasks: list[Task]) -> dict[str, Outcome]:
+        return self.collect(self.start(tasks))
+
+    def start(self, tasks: list[Task]) -> "Batch":
+        """Start the tasks' children and return at once; the caller may work meanwhile."""
         registry = self._registry()
-        outcomes: dict[str, Outcome] = {}
-        children: dict[int, _Child] = {}
+        batch = Batch()
         for task in tasks:
             entry = registry.get(task.key)
             if entry is not None:
-                outcomes[task.key] = Outcome(
-                    key=task.key, status=STILL_HUNG, pid=int(entry["pid"]),
-                    since=float(entry.get("since", 0)), step=str(entry.get("step", "")),
-                    elapsed=time.time() - float(entry.get("since", time.time())),
+                since = float(entry.get("since", time.time()))
+                batch.outcomes[task.key] = Outcome(
+                    key=task.key, status=STILL_HUNG, pid=int(entry["pid"]), since=since,
+                    step=str(entry.get("step", "")), elapsed=time.time() - since,
                     error="an earlier probe of this target is still stuck")
                 continue
             child = self._spawn(task)
-            children[child.fd] = child
+            batch.children[child.fd] = child
+        return batch
 
-        killed = self._collect(children, outcomes)
-        self._settle(killed, outcomes)
+    def collect(self, batch: "Batch") -> dict[str, Outcome]:
+        """Wait for a started batch, never past its deadlines."""
+        killed = self._collect(batch.children, batch.outcomes)
+        self._settle(killed, batch.outcomes)
         self._save()
-        return outcomes
+        return batch.outcomes
 
     def _spawn(self, task: Task) -> _Child:
         rfd, wfd = os.pipe()

@@ -114,6 +114,41 @@ class Slurm:
         line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
         return parse_oneliner(line) if line else None
 
+    def show_job(self, job: str) -> dict[str, str] | None:
+        try:
+            out = self._run("-o", "show", "job", job).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "invalid job id" in str(e).lower():
+                return None
+            raise
+        line = next((ln for ln in out.splitlines() if ln.startswith("JobId=")), None)
+        return parse_oneliner(line) if line else None
+
+    def set_admin_comment(self, job: str, text: str) -> None:
+        self._run("update", f"jobid={job}", f"admincomment={text}")
+
+    def requeue(self, job: str) -> None:
+        self._run("requeue", job)
+
+    def cancel(self, job: str) -> None:
+        scancel = os.path.join(os.path.dirname(self.scontrol or ""), "scancel")
+        if self.scontrol is None or not os.access(scancel, os.X_OK):
+            raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}")
+        result = run_command([scancel, job], self.timeout, self.env)
+        if not result.ok:
+            raise SlurmError(result.message())
+
+    def reboot(self, node: str, reason: str) -> None:
+        # ASAP: drain now, reboot once the node's jobs are gone; RESUME afterwards.
+        self._run("reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node)
+
+    def listpids(self, node: str) -> dict:
+        """pid -> JobRef for every job process this node's slurmd knows of."""
+        from .jobs import parse_listpids
+        return parse_listpids(self._run("listpids", "*", node).stdout)
+
     def drain(self, node: str, reason: str) -> None:
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
 

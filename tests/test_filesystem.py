@@ -100,7 +100,7 @@ def test_unkillable_probe_is_remembered_and_never_duplicated(hooks, swallow_moun
         assert rec["elapsed"] < 0.5, "no new probe, no waiting"
 
     # Exactly one probe child is stuck on this mount after ten runs.
-    stuck_probes = [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "slurm-hooks"
+    stuck_probes = [p for p in os.listdir("/proc") if p.isdigit() and _comm(p) == "slurm-hooks-prb"
                     and proc_state(int(p)) == "D"]
     assert stuck_probes == [str(pid)]
 

@@ -24,6 +24,7 @@ from ..model import WARN, CheckRun, Finding
 # health check's start-up cost down.
 REGISTRY = {
     "filesystem": "slurm_hooks.checks.filesystem",
+    "stuck_tasks": "slurm_hooks.checks.stuck_tasks",
 }
 
 

@@ -1,0 +1,370 @@
+"""Stuck tasks: threads in uninterruptible sleep (D) that make no progress.
+
+Why not flag every D task: D is also the normal state of a thread waiting for a disk
+read, for a few milliseconds. A task is stuck when it stays in D with unchanged
+voluntary and involuntary context-switch counts for at least `grace` seconds. The
+first sighting of each task (keyed by pid, tid and start time, so a reused pid is a
+new task) is kept in local state, so a grace longer than the health-check interval
+works across runs; entries of tasks that ended or moved on are forgotten. A task whose
+counts change is making progress and is never stuck.
+
+Every thread is scanned (/proc/PID/task/TID), not only the leader: `ps` shows `Dl`
+when the leader of a multi-threaded process is in D, but a non-leader thread stuck in
+write() leaves the leader in S.
+
+Reads of a stuck task from this process are limited to files the kernel answers
+without the target's memory map (procfs.py). The environment (for the rank), the
+command line and path arguments live in the target's memory: a hang-safe child reads
+them, with a deadline.
+
+Attribution comes from the task's cgroup (jobs.py); on a host running several slurmd
+(-N), only tasks under this node's cgroup count. Our own stuck probe children (named
+slurm-hooks-prb by the runner) are already reported by their check and skipped here.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from .. import procfs, syscalls
+from ..jobs import JobRef, from_cgroup
+from ..model import FAIL, OK, WARN, Finding
+from ..mounts import MountTable, parse_mountinfo
+from ..reason import shorten_path
+from ..runner import DONE, PROBE_COMM, Task
+
+NAME = "stuck_tasks"
+STATE = "stuck-tasks"
+# Above this many threads the scan is split over forked children, one per CPU.
+PARALLEL_THREADS = 3000
+GPU_SYMBOLS = ("nvidia", "nv_", "uvm_", "_nv0", "os_acquire", "nvkms", "rm_")
+FS_SYMBOLS = ("fuse", "nfs", "rpc_wait", "ll_", "ptlrpc", "ldlm", "osc_", "mdc_", "lov_",
+              "mmfs", "gpfs", "cxi", "beegfs", "fhgfs", "cifs", "smb", "ceph", "9p", "p9_")
+CAUSE_LABEL = {"shared_filesystem": "shared filesystem", "gpu_driver": "GPU driver", "other": "other"}
+
+
+@dataclass
+class Stuck:
+    """One process with one or more stuck threads, and everything known about it."""
+    sample: procfs.TaskSample           # the first stuck thread seen
+    tids: list[int]
+    seconds: float
+    ref: JobRef | None
+    syscall: str = ""
+    syscall_nr: int | None = None
+    fd: int | None = None
+    file: str = ""
+    mountpoint: str = ""
+    fstype: str = ""
+    wchan: str = ""
+    stack: list[str] = field(default_factory=list)
+    cause: str = "other"
+    rank: str | None = None
+    cmdline: str = ""
+    inspect: str = ""                   # how reading the process's memory went
+    kernel: str = ""                    # the kernel's own hung-task line, when present
+
+
+def _scan_chunk(progress, pids: list[str], proc: str) -> list:
+    return procfs.scan_pids(pids, proc)
+
+
+def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
+    """Runs in a hang-safe child: reads what lives in the target's memory."""
+    out: dict = {}
+    progress("environ")
+    with open(f"{proc}/{pid}/environ", "rb") as f:
+        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    for key in (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"LOCAL_RANK",
+                b"SLURM_LOCALID", b"SLURM_JOB_ID"):
+        if key in env:
+            out[key.decode()] = env[key].decode("utf-8", "replace")
+    progress("cmdline")
+    with open(f"{proc}/{pid}/cmdline", "rb") as f:
+        out["cmdline"] = f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    paths = []
+    if addrs:
+        progress("mem")
+        with open(f"{proc}/{pid}/mem", "rb", buffering=0) as f:
+            for addr in addrs:
+                try:
+                    f.seek(addr)
+                    paths.append(os.fsdecode(f.read(4096).split(b"\0", 1)[0]))
+                except (OSError, ValueError, OverflowError):
+                    paths.append(None)
+    out["paths"] = paths
+    return out
+
+
+class StuckTasksCheck:
+    name = NAME
+
+    def __init__(self, proc: str = procfs.PROC):
+        self.proc = proc
+        self._seen: list[procfs.TaskSample] = []
+        self._seen_at = 0.0      # monotonic time of the scan
+        self._seen_wall = 0.0
+        self._scan_note = ""
+
+    # --- phase 1: scan (runs before the other checks' children are collected) --------
+    def tasks(self, ctx) -> list[Task]:
+        cfg = ctx.config.stuck_tasks
+        if not cfg.enabled:
+            return []
+        found = self._scan(ctx)
+        self._seen_at, self._seen_wall = time.monotonic(), time.time()
+        for pid, tid, comm, _state, _start in found:
+            if comm == PROBE_COMM:
+                continue                 # our own stuck probe: its check reports it
+            s = procfs.sample(pid, tid, self.proc)
+            if s is not None and s.state == "D":
+                self._seen.append(s)
+        return []
+
+    def _scan(self, ctx) -> list:
+        pids = procfs.list_pids(self.proc)
+        cpus = os.cpu_count() or 1
+        if cpus < 2 or procfs.thread_count(self.proc) < PARALLEL_THREADS:
+            return procfs.scan_pids(pids, self.proc)
+        n = min(cpus, 8)
+        chunks = [pids[i::n] for i in range(n)]
+        batch = ctx.runner.start([Task(f"{NAME}:scan:{i}", _scan_chunk, (chunk, self.proc), 10.0)
+                                  for i, chunk in enumerate(chunks[1:], 1)])
+        found = procfs.scan_pids(chunks[0], self.proc)
+        for o in ctx.runner.collect(batch).values():
+            if o.status == DONE:
+                found.extend(o.value)
+            else:
+                self._scan_note = f"part of the /proc scan failed: {o.error}"
+        return found
+
+    # --- phase 2: decide ------------------------------------------------------------
+    def findings(self, ctx, outcomes) -> list[Finding]:
+        cfg = ctx.config.stuck_tasks
+        if not cfg.enabled:
+            return []
+        previous = ctx.state.load(STATE)
+        if not self._seen and not previous:
+            return []
+        seen = [(a, b) for a, b in self._resample(ctx, previous) if a.switches == b.switches]
+        now = time.time()
+        kernel = self._kernel_lines([b for _, b in seen]) if seen else {}
+        state, watching, stuck = {}, [], {}
+        for _, b in seen:
+            entry = previous.get(b.key)
+            if entry and tuple(entry.get("switches", ())) == b.switches:
+                first = float(entry["first_seen"])
+            else:
+                first = self._seen_wall       # new, or it moved since the last run
+            if b.tid in kernel:
+                first = min(first, kernel[b.tid][1])
+            state[b.key] = {"first_seen": first, "switches": list(b.switches), "comm": b.comm}
+            held = now - first
+            if held >= cfg.grace:
+                stuck.setdefault(b.pid, []).append((b, held))
+            else:
+                watching.append((b, held))
+        if state or previous:
+            ctx.state.save(STATE, state)
+
+        out = []
+        diagnosed = self._diagnose(ctx, stuck, kernel)
+        for d in diagnosed:
+            f = self._finding(ctx, d)
+            if f is not None:
+                out.append(f)
+        for b, held in watching:
+            ref = self._ref(b.pid)
+            if ref is not None and not ref.belongs_to(ctx.node):
+                continue
+            who = f"job {ref.job} " if ref else ""
+            out.append(Finding(check=NAME, target=f"pid {b.pid}", status="watching", severity=OK,
+                               summary=f"{who}pid {b.pid} tid {b.tid} ({b.comm}) in D for {held:.0f}s "
+                                       f"without progress (stuck after {cfg.grace:g}s)",
+                               evidence={"pid": b.pid, "tid": b.tid, "seconds": round(held, 1)},
+                               job=ref.job if ref else None))
+        if self._scan_note:
+            ctx.notes.append(self._scan_note)
+        return out
+
+    def _resample(self, ctx, previous) -> list[tuple]:
+        """[(first sample this run or None, fresh sample)] for tasks still in D.
+
+        Tasks never seen before get a second look `sample_window` after the first, so
+        a run by itself tells a stuck task from one doing slow I/O.
+        """
+        cfg = ctx.config.stuck_tasks
+        fresh = [s for s in self._seen if s.key not in previous]
+        if fresh:
+            wait = cfg.sample_window - (time.monotonic() - self._seen_at)
+            if wait > 0:
+                time.sleep(wait)
+        out = []
+        for a in self._seen:
+            b = procfs.sample(a.pid, a.tid, self.proc)
+            if b is not None and b.state == "D" and b.start == a.start:
+                out.append((a, b))
+        return out
+
+
+    def _kernel_lines(self, samples: list[procfs.TaskSample]) -> dict[int, tuple[str, float]]:
+        """tid -> (the kernel's hung-task line, wall time the task has been blocked since).
+
+        The kernel's own "blocked for more than N seconds" corroborates a sighting and
+        says how long the task has been stuck at least, even on our first look at it.
+        """
+        from .. import kmsg
+        wanted = {s.tid: s for s in samples}
+        ticks = procfs.boot_ticks()
+        mono_now, wall_now = time.monotonic(), time.time()
+        lines = {}
+        for rec, m in kmsg.match(kmsg.read(), "hung_task"):
+            s = wanted.get(int(m.group("pid")))
+            blocked_at = rec.usec / 1e6 - int(m.group("seconds"))
+            # Same tid and comm, and a task that existed then (not a reused tid).
+            if s is None or m.group("comm") != s.comm[:15] or s.start / ticks > blocked_at:
+                continue
+            lines[s.tid] = (rec.text, wall_now - (mono_now - blocked_at))
+        return lines
+
+    def _ref(self, pid: int) -> JobRef | None:
+        text = procfs.text(f"{self.proc}/{pid}/cgroup")
+        return from_cgroup(text) if text else None
+
+    def _diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
+        results: list[Stuck] = []
+        tasks = []
+        listpids = None
+        for pid, items in sorted(stuck.items()):
+            items.sort(key=lambda x: -x[1])
+            first, held = items[0]
+            ref = self._ref(pid)
+            if ref is None and ctx.config.stuck_tasks.listpids_fallback:
+                if listpids is None:
+                    listpids = _listpids(ctx)
+                ref = listpids.get(pid)
+            if ref is not None and not ref.belongs_to(ctx.node):
+                continue                          # another slurmd's job on this host
+            d = Stuck(sample=first, tids=[b.tid for b, _ in items], seconds=held, ref=ref)
+            d.kernel = next((kernel[b.tid][0] for b, _ in items if b.tid in kernel), "")
+            addrs = self._syscall(d, first.pid, first.tid)
+            d.wchan = (procfs.text(f"{self.proc}/{pid}/task/{first.tid}/wchan") or "").strip()
+            d.stack = procfs.stack(pid, first.tid, self.proc)
+            results.append(d)
+            tasks.append(Task(f"{NAME}:inspect:{pid}:{first.start}", _inspect,
+                              (pid, self.proc, addrs), ctx.config.stuck_tasks.inspect_timeout))
+        outcomes = ctx.runner.run(tasks) if tasks else {}
+        for d, task in zip(results, tasks):
+            o = outcomes[task.key]
+            if o.status == DONE:
+                v = o.value
+                d.rank = v.get("RANK") or v.get("SLURM_PROCID") or v.get("OMPI_COMM_WORLD_RANK") or v.get("PMI_RANK")
+                d.cmdline = v.get("cmdline", "")
+                d.inspect = "ok"
+                path = next((p for p in v.get("paths", []) if p), None)
+                if path and not d.file:
+                    d.file = path if path.startswith("/") else os.path.join(
+                        procfs.readlink(f"{self.proc}/{d.sample.pid}/cwd") or "", path)
+            else:
+                d.inspect = f"{o.status}: {o.error}"
+            self._locate(ctx, d)
+        return results
+
+    def _syscall(self, d: Stuck, pid: int, tid: int) -> list[int]:
+        line = procfs.syscall_line(pid, tid, self.proc)
+        if not line:
+            return []
+        if line[0] == "running":
+            d.syscall = "running"
+            return []
+        try:
+            nr = int(line[0])
+        except ValueError:
+            return []
+        if nr < 0:
+            d.syscall = "page fault"        # blocked outside a system call
+            return []
+        d.syscall_nr = nr
+        d.syscall = syscalls.name(nr)
+        args = [int(a, 16) for a in line[1:7]]
+        fd, addr = syscalls.file_args(d.syscall, args)
+        if fd is not None:
+            d.fd = fd
+            d.file = procfs.readlink(f"{self.proc}/{pid}/fd/{fd}") or ""
+        return [addr] if addr else []
+
+    def _locate(self, ctx, d: Stuck) -> None:
+        """Mount and filesystem type of the file, and the cause category."""
+        target = d.file if d.file.startswith("/") else (procfs.readlink(f"{self.proc}/{d.sample.pid}/cwd") or "")
+        if target:
+            text = procfs.text(f"{self.proc}/{d.sample.pid}/mountinfo")
+            table = MountTable(parse_mountinfo(text)) if text else ctx.mounts
+            m = table.holding(target.split(" (deleted)")[0])
+            if m is not None:
+                d.mountpoint, d.fstype = m.mountpoint, m.fstype
+                network = m.is_network
+            else:
+                network = False
+        else:
+            network = False
+        symbols = " ".join([d.wchan] + d.stack).lower()
+        if any(s in symbols for s in GPU_SYMBOLS):
+            d.cause = "gpu_driver"
+        elif network or any(s in symbols for s in FS_SYMBOLS):
+            d.cause = "shared_filesystem"
+
+    def _finding(self, ctx, d: Stuck) -> Finding | None:
+        s, ref = d.sample, d.ref
+        call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
+        where = ""
+        if d.file:
+            where = f" on {shorten_path(d.file, 120)}"
+            if d.fstype:
+                where += f" ({d.fstype} {d.mountpoint})"
+        elif d.wchan:
+            where = f" at {d.wchan}"
+        who = f"job {ref.job} " if ref else ""
+        if ref and d.rank is not None:
+            who += f"rank {d.rank} "
+        elif ref and ref.task is not None:
+            who += f"task {ref.task} "
+        threads = f" ({len(d.tids)} threads)" if len(d.tids) > 1 else ""
+        summary = f"{who}pid {s.pid}{threads} stuck {d.seconds:.0f}s in {call}{where}"
+        # The node reason must be stable across runs (no duration) and short.
+        short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
+        fs = f" ({d.fstype})" if d.fstype else ""
+        reason = f"{'job ' + ref.job + ' ' if ref else ''}pid {s.pid} stuck in {call}{short_where}{fs}"
+        evidence = {
+            "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
+            "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,
+            "start_ticks": s.start, "comm": s.comm, "uid": s.uid, "seconds": round(d.seconds, 1),
+            "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
+            "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
+            "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
+        }
+        detail = (f"cause: {CAUSE_LABEL[d.cause]}; comm {s.comm}; wchan {d.wchan or '?'}; "
+                  f"stack {' < '.join(d.stack[:4]) or 'unreadable'}"
+                  + (f"; kernel: {d.kernel}" if d.kernel else ""))
+        if ref is None:
+            mode = ctx.config.stuck_tasks.non_job_tasks
+            if mode == "ignore":
+                return None
+            severity = FAIL if mode == "drain" else WARN
+        else:
+            severity = FAIL
+        return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck", severity=severity,
+                       summary=summary, detail=detail, evidence=evidence,
+                       job=ref.job if ref else None,
+                       incident=f"{ctx.node}:{s.pid}:{s.start}", reason=reason, needs_reboot=True)
+
+
+def _listpids(ctx) -> dict[int, JobRef]:
+    from ..slurm import Slurm, SlurmError
+    try:
+        return Slurm(ctx.config.slurm).listpids(ctx.node)
+    except SlurmError:
+        return {}
+
+
+CHECK = StuckTasksCheck
