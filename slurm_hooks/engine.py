@@ -90,18 +90,17 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
 
 def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) -> list[ActionResult]:
     from .policy import decide
-    actions = decide(findings, node, cfg.reason_prefix, cfg.actions)
-    ledger_path_exists = os.path.exists(state.path("actions-done"))
-    if not actions and not ledger_path_exists:
+    if not any(f.severity == FAIL for f in findings) and not os.path.exists(state.path("actions-done")):
         return []
     from .actions import LEDGER, execute
     from .slurm import Slurm
     ledger = state.load(LEDGER)
+    actions = decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
     results = execute(actions, None if dry_run else Slurm(cfg.slurm), cfg.reason_prefix, dry_run, ledger)
     # Forget incidents that are over: their keys will not come back (a new stuck task
     # is a new incident), and the ledger must not grow without bound.
-    live = {a.key for a in actions}
-    ledger = {k: v for k, v in ledger.items() if k in live}
+    live = {f.incident for f in findings if f.incident}
+    ledger = {k: v for k, v in ledger.items() if live & set(k.split(":", 2)[2].split("+"))}
     if not dry_run:
         state.save(LEDGER, ledger)
     return results

@@ -4,8 +4,11 @@
   (job findings first: they say the most; as many whole ones as fit in 255 bytes).
 - A failing finding tied to a job also records the diagnosis on the job and requeues
   it, so the job's healthy nodes are freed and it resumes elsewhere from its checkpoint.
-- A finding only a reboot can clear (an unkillable task) asks for a reboot once the
-  node is idle.
+- A stuck task asks for a reboot (`reboot ASAP`: once the node is idle) when killing
+  has had its chance: it is outside any job, or its job was already requeued (or
+  left, or cancelled) in an earlier run and the task is still there. Many hangs are
+  killable (NFS waits are), and requeueing the job clears them without a reboot;
+  the ones that survive are the unkillable kind only a reboot clears.
 Each kind of action can be switched off in `actions:`.
 """
 from __future__ import annotations
@@ -16,7 +19,10 @@ from .reason import make_reason, one_line
 COMMENT_LIMIT = 1000
 
 
-def decide(findings: list[Finding], node: str, prefix: str, actions_cfg) -> list[Action]:
+def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
+           ledger: dict | None = None) -> list[Action]:
+    """`ledger`: keys of actions already carried out (actions.py), from local state."""
+    ledger = ledger or {}
     failing = [f for f in findings if f.severity == FAIL]
     if not failing:
         return []
@@ -37,8 +43,16 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg) -> list
         if actions_cfg.requeue_job:
             out.append(Action("requeue", node=node, job=job, text=text, incident=incident,
                               fallback=actions_cfg.requeue_fallback))
-    reboot_for = [f for f in failing if f.needs_reboot]
+    reboot_for = [f for f in failing if f.needs_reboot and _killing_was_tried(f, node, actions_cfg, ledger)]
     if actions_cfg.reboot and reboot_for:
         incident = "+".join(sorted(f.incident or f.target for f in reboot_for))
         out.append(Action("reboot", node=node, reason=reason, incident=incident))
     return out
+
+
+def _killing_was_tried(f: Finding, node: str, actions_cfg, ledger: dict) -> bool:
+    if f.job is None or not actions_cfg.requeue_job:
+        return True
+    mine = f.incident or f.target
+    return any(key.startswith(f"requeue:{f.job}:") and mine in key.split(":", 2)[2].split("+")
+               for key in ledger)

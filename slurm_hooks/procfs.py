@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 PROC = "/proc"
 _O = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+PF_KTHREAD = 0x00200000
 
 
 @dataclass
@@ -64,6 +65,14 @@ def parse_stat(data: bytes) -> tuple[str, str, int] | None:
         return None
 
 
+def is_kernel_thread(stat: bytes) -> bool:
+    """Kernel threads (kworkers, jbd2, ...) sleep in D by design; jobs are user tasks."""
+    try:
+        return bool(int(stat[stat.rfind(b")") + 2:].split()[6]) & PF_KTHREAD)
+    except (IndexError, ValueError):
+        return False
+
+
 def parse_status(data: bytes) -> dict[str, str]:
     out = {}
     for line in data.decode("utf-8", "replace").splitlines():
@@ -106,7 +115,7 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D") -> list[l
                 close = data.rfind(b")")
                 if data[close + 2:close + 3] in states:
                     parsed = parse_stat(data)
-                    if parsed:
+                    if parsed and not is_kernel_thread(data):
                         found.append([int(pid), int(tid), parsed[0], parsed[1], parsed[2]])
         finally:
             os.close(tfd)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny FUSE servers for tests: healthy, slow, failing and hung filesystems.
+"""Tiny FUSE servers for tests: healthy, slow, failing, late and hung
+filesystems.
 
 No libfuse: this speaks the FUSE kernel protocol (minor 31 of
 <linux/fuse.h>) directly on /dev/fuse with os.read/os.write and mounts with
@@ -16,6 +17,24 @@ Modes
               callers sleep in request_wait_answer (S); once SIGKILLed they
               stay in D and cannot die until the connection is aborted
               (what a hung NFS/GPFS server does to a prober).
+  stuck       like swallow, but callers are in D from the start (not S)
+              and stay in D, unkillable, after SIGKILL, until the connection
+              is aborted: a process blocked on a dead GPFS/NFS server.
+              How: request_wait_answer() (fs/fuse/dev.c) first waits
+              interruptibly (S) unless the connection's no_interrupt is set,
+              then killably (D), and once killed, if the server has already
+              read the request, uninterruptibly (D).  no_interrupt is set
+              when a FUSE_INTERRUPT is answered -ENOSYS.  So after INIT a
+              warm-up runs before readiness: a forked helper stat()s
+              .fusefs-warmup, its LOOKUP is read and held, the helper gets a
+              non-fatal SIGUSR1, the kernel sends FUSE_INTERRUPT for the
+              LOOKUP, that is answered -ENOSYS, the LOOKUP -ENOENT, and the
+              helper is reaped.  Then every request is read, never answered.
+  late        like unanswered (FUSE_INIT unanswered, callers wait in D in
+              fuse_get_req) until SIGUSR2, then answer INIT and serve like
+              ok: the blocked callers continue and succeed.  Readiness is
+              signalled right after mount(2).  SIGUSR1 is ignored until
+              then; afterwards SIGUSR1/SIGUSR2 stall/resume as for ok.
   ok          small working in-memory filesystem.
   slow        like ok, but replies to the ops in --slow-op (default
               write,fsync,create) are sent --delay seconds late, each from
@@ -27,25 +46,28 @@ OPS is a comma separated list of: write fsync create mkdir unlink rmdir
 rename open read flush release lookup getattr setattr statfs readdir
 opendir access all ("all" = every op but INIT, FORGET, INTERRUPT, DESTROY).
 
-Runtime control (ok/slow/errno): SIGUSR1 stalls the server (requests are
-read and queued, callers hang as in 'swallow'), SIGUSR2 resumes and
-answers everything queued.
+Runtime control (ok/slow/errno, and late once it serves): SIGUSR1 stalls
+the server (requests are read and queued, callers hang as in 'swallow'),
+SIGUSR2 resumes and answers everything queued.
 
 --mkdir DIR (repeatable) pre-creates a directory in the in-memory tree.
 
-Readiness: once mount(2) succeeded and (except for 'unanswered') FUSE_INIT
-was answered, the --ready-file is created (containing the pid), otherwise
-'ready' is printed on stdout.  The server runs in the foreground until it
+Readiness: once mount(2) succeeded and FUSE_INIT was answered (not
+waited for in 'unanswered' and 'late'; 'stuck' also waits for its
+warm-up, and exits with status 1 if that fails), the --ready-file is
+created (containing the pid), otherwise 'ready' is printed on stdout.  The server runs in the foreground until it
 is killed; killing it (any signal) aborts the FUSE connection: blocked
 callers get ENOTCONN.  Then the mount point still needs `umount -l`.
 A normal umount makes the server exit with status 0.
 """
 
 import argparse
+import contextlib
 import ctypes
 import ctypes.util
 import errno
 import os
+import select
 import signal
 import stat
 import struct
@@ -98,6 +120,9 @@ OPNAMES = {v: k[5:] for k, v in list(globals().items())
            ("FUSE_KERNEL_VERSION", "FUSE_KERNEL_MINOR")}
 
 NO_REPLY = {FUSE_FORGET, FUSE_BATCH_FORGET, FUSE_INTERRUPT}
+# The unique of a FUSE_INTERRUPT request (and of its reply) is the unique
+# of the interrupted request with this bit set.
+FUSE_INT_REQ_BIT = 1 << 0
 
 # INIT flags
 FUSE_ASYNC_READ = 1 << 0
@@ -124,6 +149,7 @@ ATTR = struct.Struct("<QQQQQQIIIIIIIIII")    # fuse_attr, 88 bytes
 ENTRY_OUT_HEAD = struct.Struct("<QQQQII")    # fuse_entry_out without attr
 ATTR_OUT_HEAD = struct.Struct("<QII")        # fuse_attr_out without attr
 OPEN_OUT = struct.Struct("<QII")             # fuse_open_out
+INTERRUPT_IN = struct.Struct("<Q")        # fuse_interrupt_in: unique
 INIT_IN = struct.Struct("<IIII")             # major minor max_readahead flags
 INIT_OUT = struct.Struct("<IIIIHHIIHHI28x")  # fuse_init_out, 64 bytes
 SETATTR_IN = struct.Struct("<IIQQQQQQIIIIIIII")  # fuse_setattr_in, 88 bytes
@@ -279,6 +305,7 @@ class Server:
         self.stalled = False
         self.queue = []
         self.initialized = False
+        self.mountpoint = None
 
     def make_dirs(self, relpath):
         d = self.nodes[ROOT_ID]
@@ -315,6 +342,8 @@ class Server:
     # -- main loop --
 
     def serve(self, ready_file):
+        """Main loop; returns the exit status.  ready_file=False: readiness
+        was already signalled (late mode)."""
         while True:
             buf = self.read_request()
             if buf is None:
@@ -330,9 +359,14 @@ class Server:
                 self.reply_init(unique, buf[IN_HEADER.size:])
                 if not self.initialized:
                     self.initialized = True
-                    signal_ready(ready_file)
+                    if self.mode == "stuck":
+                        status = self.warm_up_no_interrupt()
+                        if status:
+                            return status
+                    if ready_file is not False:
+                        signal_ready(ready_file)
                 continue
-            if self.mode == "swallow":
+            if self.mode in ("swallow", "stuck"):
                 continue
             if opcode == FUSE_DESTROY:
                 self.send(unique)
@@ -357,6 +391,103 @@ class Server:
         self.send(unique, 0, out)
         log("INIT answered (kernel %d.%d, using 7.%d), mode %s"
             % (major, minor, min(minor, FUSE_KERNEL_MINOR), self.mode))
+
+    # -- stuck mode --
+
+    WARMUP_NAME = b".fusefs-warmup"
+
+    def warm_up_no_interrupt(self, timeout=10.0):
+        """Make the kernel set fc->no_interrupt for this connection.
+
+        A forked helper stat()s WARMUP_NAME; its LOOKUP is read and held,
+        the helper gets SIGUSR1 (it has a handler, so the signal is not
+        fatal) and the kernel queues a FUSE_INTERRUPT for the held request
+        (it was already read).  Answering that INTERRUPT with -ENOSYS sets
+        fc->no_interrupt; then the LOOKUP is answered -ENOENT, the helper
+        exits and is reaped.  From then on request_wait_answer() skips its
+        interruptible wait: callers sleep killable (D) and, once SIGKILLed
+        after their request was read, uninterruptibly (D) until abort.
+        Returns 0, or an exit status on failure."""
+        warm_path = os.path.join(self.mountpoint, os.fsdecode(self.WARMUP_NAME))
+        pid = os.fork()
+        if pid == 0:                                   # helper
+            status = 3
+            try:
+                os.close(self.fd)   # must not keep the connection alive
+                signal.signal(signal.SIGUSR1, lambda *_: None)
+                try:
+                    os.stat(warm_path)
+                    status = 2
+                except FileNotFoundError:
+                    status = 0
+                except OSError:
+                    status = 1
+            finally:
+                os._exit(status)
+        deadline = time.monotonic() + timeout
+        held = None            # unique of the helper's LOOKUP
+        interrupted = False    # INTERRUPT answered with -ENOSYS
+        signalled_at = 0.0
+
+        poller = select.poll()       # bounds every wait for a request
+        poller.register(self.fd, select.POLLIN)
+        try:
+            while not interrupted and time.monotonic() < deadline:
+                if held is not None and time.monotonic() - signalled_at > 0.5:
+                    os.kill(pid, signal.SIGUSR1)   # lost the race? again
+                    signalled_at = time.monotonic()
+                if not poller.poll(100):
+                    continue
+                try:
+                    buf = os.read(self.fd, READ_BUFSIZE)
+                except OSError as e:
+                    if e.errno in (errno.EAGAIN, errno.ENOENT):
+                        continue
+                    log("warm-up: reading /dev/fuse: %s" % e)
+                    return 1
+                hdr = IN_HEADER.unpack_from(buf)
+                opcode, unique = hdr[1], hdr[2]
+                body = bytes(buf[IN_HEADER.size:hdr[0]])
+                if self.debug:
+                    log("warm-up req %d %s node=%d pid=%d"
+                        % (unique, OPNAMES.get(opcode, opcode), hdr[3],
+                           hdr[6]))
+                if (held is None and opcode == FUSE_LOOKUP
+                        and hdr[3] == ROOT_ID
+                        and cstr(body)[0] == self.WARMUP_NAME):
+                    held = unique
+                    os.kill(pid, signal.SIGUSR1)
+                    signalled_at = time.monotonic()
+                elif opcode == FUSE_INTERRUPT:
+                    (target,) = INTERRUPT_IN.unpack_from(body)
+                    self.send(unique, errno.ENOSYS)
+                    if target == held:
+                        interrupted = True
+                        self.send(held, errno.ENOENT)
+                else:          # anything else (nobody else should be here)
+                    with self.lock:
+                        self.handle(buf)
+        finally:
+            poller.unregister(self.fd)
+        status = None
+        while time.monotonic() < deadline + 5.0:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            status = None
+        if not interrupted or status != 0:
+            log("warm-up failed: interrupt answered %s, helper status %s"
+                % (interrupted, status))
+            if status is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            return 1
+        log("warm-up done: FUSE_INTERRUPT answered -ENOSYS, no_interrupt set")
+        return 0
+
+    # -- stall / resume --
 
     def stall(self):
         with self.lock:
@@ -640,8 +771,8 @@ class Server:
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("mode", choices=["unanswered", "swallow", "ok", "slow",
-                                    "errno"])
+    p.add_argument("mode", choices=["unanswered", "swallow", "stuck", "late",
+                                    "ok", "slow", "errno"])
     p.add_argument("mountpoint")
     p.add_argument("--delay", type=float, default=1.0,
                    help="slow mode: seconds to delay replies (default 1.0)")
@@ -682,6 +813,12 @@ def main(argv=None):
 
     fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
     server.fd = fd
+    server.mountpoint = mountpoint
+    if a.mode == "late":
+        # Block SIGUSR2 before anybody may send it: sigwait() below picks
+        # it up even if it arrives before we get there.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     do_mount(mountpoint, fd, source, fstype)
     log("mounted %s on %s type %s, mode %s" % (source, mountpoint, fstype,
                                                 a.mode))
@@ -691,13 +828,23 @@ def main(argv=None):
         while True:       # never read /dev/fuse: FUSE_INIT stays queued
             signal.pause()
 
-    if a.mode in ("ok", "slow", "errno"):
+    if a.mode == "late":
+        signal_ready(a.ready_file)
+        # Like 'unanswered' (FUSE_INIT stays queued, callers wait in D in
+        # fuse_get_req) until SIGUSR2; then serve like 'ok'.
+        signal.sigwait({signal.SIGUSR2})
+        log("SIGUSR2: start serving")
+
+    if a.mode in ("ok", "slow", "errno", "late"):
         # Handlers run in the main thread between reads; do the work in a
         # thread so they never wait for the lock the main loop may hold.
         signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
             target=server.stall, daemon=True).start())
         signal.signal(signal.SIGUSR2, lambda *_: threading.Thread(
             target=server.resume, daemon=True).start())
+    if a.mode == "late":
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR2})
+        return server.serve(False)
     return server.serve(a.ready_file)
 
 

@@ -32,7 +32,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FUSEFS = os.path.join(HERE, "fusefs.py")
-FUSE_MODES = ("unanswered", "swallow", "ok", "slow", "errno")
+FUSE_MODES = ("unanswered", "swallow", "stuck", "late", "ok", "slow",
+              "errno")
 FUSECTL_DIR = "/sys/fs/fuse/connections"
 
 
@@ -345,7 +346,9 @@ class FuseMount:
         os.kill(self.pid, signal.SIGUSR1)
 
     def resume(self):
-        """Answer everything queued since stall() and go on normally."""
+        """Answer everything queued since stall() and go on normally.
+        late mode: answer FUSE_INIT and start serving (callers blocked in
+        fuse_get_req continue)."""
         os.kill(self.pid, signal.SIGUSR2)
 
     def abort(self):
@@ -450,7 +453,7 @@ def fuse_mount(path, mode, *, delay=None, errno=None, fail_op=None,
     (errno mode, e.g. errno="ESTALE", fail_op="write,fsync"), slow_op,
     name (mount source, default fusefs-MODE), subtype (type fuse.SUBTYPE,
     default fuse.fusefs), entry_timeout, dirs (directories present from
-    the start, ok/slow/errno), debug (log every request), timeout (to get
+    the start, ok/slow/errno/late), debug (log every request), timeout (to get
     ready), log_dir (default: the mount point's parent)."""
     m = start_fuse(path, mode, delay=delay, errno=errno, fail_op=fail_op,
                    slow_op=slow_op, name=name, subtype=subtype,
@@ -741,6 +744,24 @@ def swallow_mount(make_fuse):
     """FUSE mount answering only INIT: requests are never answered; SIGKILLed
     callers stay in D (unkillable) until teardown."""
     return make_fuse("swallow", dirname="swallow")
+
+
+@pytest.fixture
+def stuck_mount(make_fuse):
+    """FUSE mount answering only INIT (and, once, a warm-up FUSE_INTERRUPT
+    with -ENOSYS, which sets the connection's no_interrupt): callers sleep in
+    D from the start (request_wait_answer) and stay in D, unkillable, after
+    SIGKILL, like on a dead NFS/GPFS server, until teardown aborts the
+    connection."""
+    return make_fuse("stuck", dirname="stuck")
+
+
+@pytest.fixture
+def late_mount(make_fuse):
+    """FUSE mount that does not answer FUSE_INIT until .resume(): callers
+    block in D (fuse_get_req) meanwhile, then continue and succeed; an
+    in-memory fs with an empty `probe/` dir afterwards."""
+    return make_fuse("late", dirname="late", dirs=["probe"])
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import time
 import pytest
 
 from mounts_fixtures import (  # noqa: F401  (fixtures are used by name)
-    full_mount, hung_mount, is_mounted, make_fuse, make_tmpfs, mounts_at,
-    ok_mount, poll_exit, ro_mount, run_child, slow_mount, spawn_child,
-    swallow_mount)
+    full_mount, hung_mount, is_mounted, late_mount, make_fuse, make_tmpfs,
+    mounts_at, ok_mount, poll_exit, proc_stat, ro_mount, run_child,
+    slow_mount, spawn_child, stuck_mount, swallow_mount)
 
 STAT_CHILD = r'''
 report(phase="before")
@@ -67,6 +67,24 @@ try:
 except OSError as e:
     res["err"], res["step"] = errname(e), step
 report(**res)
+'''
+
+
+# create + write + close, then read back
+LATE_WRITE_CHILD = r'''
+path = sys.argv[1]
+report(phase="before")
+t0 = time.monotonic()
+try:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    n = os.write(fd, b"late but fine\n")
+    os.close(fd)
+    with open(path, "rb") as f:
+        data = f.read().decode()
+    report(phase="done", err=None, written=n, data=data,
+           elapsed=time.monotonic() - t0)
+except OSError as e:
+    report(phase="done", err=errname(e))
 '''
 
 
@@ -127,6 +145,75 @@ def test_swallow_sigkilled_prober_is_unkillable(swallow_mount, spawn_child):
     assert child.wait(5.0) == -9, child.describe()
     assert not is_mounted(swallow_mount.path)
     assert swallow_mount.problems == [] and swallow_mount.stuck == []
+
+
+@pytest.mark.parametrize("code", [STAT_CHILD, CREATE_CHILD],
+                         ids=["stat", "create"])
+def test_stuck_caller_is_in_d_from_the_start_and_unkillable(
+        stuck_mount, spawn_child, code):
+    assert mounts_at(stuck_mount.path)[-1].source == "fusefs-stuck"
+    # The warm-up helper (it made the kernel send one FUSE_INTERRUPT) is
+    # gone and reaped.
+    assert not [p for p in os.listdir("/proc") if p.isdigit()
+                and (proc_stat(int(p)) or ("", 0))[1] == stuck_mount.pid]
+    assert "no_interrupt set" in stuck_mount.log()
+
+    child = spawn_child(code, os.path.join(stuck_mount.path, "f"))
+    wait_output(child, "before")
+    # Killable sleep (D) right away, never the interruptible one (S).
+    assert child.wait_state({"D", "S"}, timeout=0.5) == "D", child.describe()
+    until = time.monotonic() + 0.3
+    while time.monotonic() < until:
+        assert (child.state(), child.wchan()) == ("D", "request_wait_answer"), (
+            child.describe())
+        time.sleep(0.02)
+    assert child.result() == {"phase": "before"}
+
+    child.kill()
+    # The request was read by the server: after SIGKILL the wait becomes
+    # uninterruptible, the child cannot die.  (It runs for a few ms, R,
+    # going from the killable to the uninterruptible wait.)
+    time.sleep(0.05)
+    assert child.wait_state({"D"}, timeout=1.0) == "D", child.describe()
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        assert child.state() == "D", "SIGKILLed child escaped: %s" % (
+            child.describe())
+        time.sleep(0.05)
+
+    stuck_mount.close()            # kills the server: connection aborted
+    assert child.wait(5.0) == -9, child.describe()
+    assert not is_mounted(stuck_mount.path)
+    assert stuck_mount.problems == [] and stuck_mount.stuck == []
+
+
+def test_late_caller_is_briefly_in_d_then_succeeds(late_mount, spawn_child,
+                                                   tmp_path):
+    assert mounts_at(late_mount.path)[-1].source == "fusefs-late"
+    path = os.path.join(late_mount.path, "probe", "late.txt")
+    child = spawn_child(LATE_WRITE_CHILD, path)
+    wait_output(child, "before")
+    time.sleep(0.5)
+    # FUSE_INIT is not answered yet: waiting for the connection (killable D).
+    assert (child.state(), child.wchan()) == ("D", "fuse_get_req"), (
+        child.describe())
+    assert child.result() == {"phase": "before"}
+
+    t0 = time.monotonic()
+    late_mount.resume()
+    assert child.wait(2.0) == 0, child.describe()
+    assert time.monotonic() - t0 < 2.0
+    res = child.result()
+    assert res["err"] is None, res
+    assert res["written"] == 14 and res["data"] == "late but fine\n", res
+    assert res["elapsed"] >= 0.5, res
+
+    # The mount keeps working afterwards, for everybody.
+    again = run_child(r'''
+with open(sys.argv[1]) as f:
+    report(data=f.read(), listing=sorted(os.listdir(os.path.dirname(sys.argv[1]))))
+''', [path], out_dir=tmp_path).result()
+    assert again == {"data": "late but fine\n", "listing": ["late.txt"]}
 
 
 def test_ok_roundtrip(ok_mount, tmp_path):

@@ -1,0 +1,48 @@
+"""Attribution of processes to Slurm jobs from their cgroup paths."""
+from __future__ import annotations
+
+from slurm_hooks.jobs import JobRef, from_cgroup, parse_listpids
+
+V1 = """12:pids:/slurm/uid_1000/job_1234/step_0/task_3
+11:freezer:/slurm/uid_1000/job_1234/step_0
+4:cpuset:/slurm/uid_1000/job_1234/step_0
+1:name=systemd:/system.slice/slurmd.service
+"""
+V1_MULTI = "7:freezer:/slurm_n2/uid_0/job_77/step_batch\n6:memory:/\n"
+V2 = "0::/system.slice/slurmstepd.scope/job_4242/step_interactive/user/task_0\n"
+V2_MULTI = "0::/system.slice/n3_slurmstepd.scope/job_9/step_extern/user/task_special\n"
+V2_STEPD = "0::/system.slice/slurmstepd.scope/job_9/step_2/slurm\n"
+NOT_A_JOB = "0::/user.slice/user-0.slice/session-3.scope\n9:freezer:/\n"
+
+
+def test_cgroup_v1_keeps_the_most_precise_controller():
+    assert from_cgroup(V1) == JobRef(job="1234", step="0", task="3", uid=1000, node=None)
+
+
+def test_cgroup_v1_multiple_slurmd_names_the_node():
+    ref = from_cgroup(V1_MULTI)
+    assert ref == JobRef(job="77", step="batch", task=None, uid=0, node="n2")
+    assert ref.belongs_to("n2") and not ref.belongs_to("n1")
+
+
+def test_cgroup_v2_single_and_multiple_slurmd():
+    assert from_cgroup(V2) == JobRef(job="4242", step="interactive", task="0")
+    ref = from_cgroup(V2_MULTI)
+    assert (ref.job, ref.step, ref.node) == ("9", "extern", "n3")
+    assert from_cgroup(V2_STEPD).step == "2"
+
+
+def test_single_slurmd_paths_belong_to_any_node_name():
+    assert from_cgroup(V1).belongs_to("whatever")
+
+
+def test_outside_any_job():
+    assert from_cgroup(NOT_A_JOB) is None
+    assert from_cgroup("") is None
+
+
+def test_listpids_output():
+    out = "PID      JOBID    STEPID   LOCALID GLOBALID\n1234     55       0        0       0\n1240     55       batch    -       -\n"
+    refs = parse_listpids(out)
+    assert refs[1234] == JobRef(job="55", step="0", task="0")
+    assert refs[1240] == JobRef(job="55", step="batch", task=None)

@@ -1,0 +1,58 @@
+"""Policy on data alone: which actions follow from which findings."""
+from __future__ import annotations
+
+from slurm_hooks.config import ActionsConfig
+from slurm_hooks.model import FAIL, OK, WARN, Action, Finding
+from slurm_hooks.policy import decide
+
+
+def fs(path, severity=FAIL):
+    return Finding(check="filesystem", target=path, status="hung", severity=severity,
+                   summary=f"fs {path} write hung >10s (nfs4)")
+
+
+def stuck(job, pid, start=100):
+    return Finding(check="stuck_tasks", target=f"job {job} pid {pid}", status="stuck", severity=FAIL,
+                   summary=f"job {job} rank 0 pid {pid} stuck 612s in write() on /gpfs/log (gpfs /gpfs)",
+                   reason=f"job {job} pid {pid} stuck in write() on /gpfs/log (gpfs)", job=job,
+                   incident=f"n1:{pid}:{start}", needs_reboot=True)
+
+
+def kinds(actions):
+    return [(a.kind, a.job) for a in actions]
+
+
+def test_healthy_and_warnings_do_nothing():
+    assert decide([fs("/a", OK), fs("/b", WARN)], "n1", "slurm-hooks:", ActionsConfig()) == []
+
+
+def test_filesystem_failure_drains_only():
+    acts = decide([fs("/scratch")], "n1", "slurm-hooks:", ActionsConfig())
+    assert acts == [Action("drain", node="n1", reason="slurm-hooks: fs /scratch write hung >10s (nfs4)")]
+
+
+def test_stuck_job_drains_comments_and_requeues_then_reboots_next_time():
+    f = stuck("12", 345)
+    first = decide([fs("/gpfs"), f], "n1", "slurm-hooks:", ActionsConfig())
+    assert kinds(first) == [("drain", None), ("comment", "12"), ("requeue", "12")]
+    # The job finding comes first in the reason, with the stable text (no duration).
+    assert first[0].reason == ("slurm-hooks: job 12 pid 345 stuck in write() on /gpfs/log (gpfs); "
+                               "fs /gpfs write hung >10s (nfs4)")
+    assert first[1].text.startswith("slurm-hooks: node n1: job 12 rank 0 pid 345 stuck 612s")
+    # Next run: the requeue is in the ledger and the task is still there.
+    ledger = {first[2].key: 1.0}
+    second = decide([f], "n1", "slurm-hooks:", ActionsConfig(), ledger)
+    assert kinds(second) == [("drain", None), ("comment", "12"), ("requeue", "12"), ("reboot", None)]
+
+
+def test_switches():
+    off = ActionsConfig(drain=False, comment_job=False, requeue_job=False, reboot=False)
+    assert decide([stuck("1", 2)], "n1", "p:", off) == []
+    no_requeue = ActionsConfig(requeue_job=False)
+    assert kinds(decide([stuck("1", 2)], "n1", "p:", no_requeue)) == [("drain", None), ("comment", "1"), ("reboot", None)]
+
+
+def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
+    acts = decide([stuck("7", 10), stuck("7", 11), stuck("8", 12)], "n1", "p:", ActionsConfig())
+    assert kinds(acts) == [("drain", None), ("comment", "7"), ("requeue", "7"), ("comment", "8"), ("requeue", "8")]
+    assert acts[1].incident == "n1:10:100+n1:11:100"

@@ -1,0 +1,128 @@
+"""The incident, on the real 3-node cluster: a job rank stuck in D on a hung filesystem
+is found by the health check slurmd runs, the node is drained with a reason naming the
+job and the file, the job is requeued with the diagnosis recorded, and the healthy
+nodes stay in service."""
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from helpers import journal, write_node_configs
+
+pytestmark = pytest.mark.cluster
+INTERVAL, GRACE = 3, 2
+
+RANKS = """
+import os, sys, time
+hung, barrier = sys.argv[1], sys.argv[2]
+rank = int(os.environ["SLURM_PROCID"])
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 0:
+    with open(os.path.join(hung, "main_log.txt"), "a") as log:   # never returns
+        log.write("After clip in _do_batch\\n")
+else:
+    while not os.path.exists(os.path.join(barrier, "go")):       # the others wait in the barrier
+        time.sleep(0.2)
+"""
+
+THREAD_STUCK = """
+import os, sys, threading, time
+threading.Thread(target=lambda: open(os.path.join(sys.argv[1], "ckpt.pt"), "wb"), daemon=True).start()
+open(os.path.join(sys.argv[2], "started.0"), "w").close()
+time.sleep(3600)
+"""
+
+
+def enable_healthcheck(cluster, tmp_path, **stuck):
+    wrapper = write_node_configs(tmp_path, cluster, {}, {
+        "filesystems": [{"path": str(tmp_path)}],
+        "stuck_tasks": {"grace": GRACE, "sample_window": 0.5, **stuck}})
+    cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
+                        "HealthCheckNodeState=ANY")
+
+
+def started(barrier, n):
+    return len(list(barrier.glob("started.*"))) >= n
+
+
+def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(RANKS)
+    job = cluster.sbatch("-N3", "--requeue", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        f"srun -N3 --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {hung_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: started(barrier, 3), 30, what="all three ranks started")
+    t0 = time.monotonic()
+    enable_healthcheck(cluster, tmp_path)
+
+    cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n1"), GRACE + 2 * INTERVAL + 5,
+                     what="n1 drained")
+    took = time.monotonic() - t0
+    reason = cluster.show_node("n1")["Reason"]
+    assert reason.startswith(f"slurm-hooks: job {job} pid "), reason
+    assert f"stuck in openat() on {hung_mount.path}/main_log.txt (fuse.fusefs)" in reason
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
+    comment = cluster.show_job(job)["AdminComment"]
+    assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
+    assert f"on {hung_mount.path}/main_log.txt (fuse.fusefs {hung_mount.path})" in comment
+    assert took < GRACE + 2 * INTERVAL + 5
+
+    # The other nodes ran the same checks, saw the same process (it is on this host),
+    # knew from its cgroup it is n1's, and stayed in service.
+    for n in ("n2", "n3"):
+        assert "DRAIN" not in cluster.node_state(n)
+        assert all(r["status"] != "unhealthy" for r in journal(tmp_path, n))
+
+    # The journal has the full record.
+    sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
+    [f] = [f for c in sick["checks"] for f in c["findings"] if f["status"] == "stuck"]
+    ev = f["evidence"]
+    assert (ev["job"], ev["rank"], ev["node"], ev["syscall"]) == (str(job), "0", "n1", "openat")
+    assert ev["file"] == f"{hung_mount.path}/main_log.txt" and ev["cause"] == "shared_filesystem"
+    assert {a["kind"]: a["outcome"] for a in sick["actions"]} == \
+        {"drain": "done", "comment": "done", "requeue": "done"}
+
+
+def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "thread.py").write_text(THREAD_STUCK)
+    job = cluster.sbatch("-N1", "-w", "n2", "--no-requeue", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        f"srun {sys.executable} {tmp_path}/thread.py {hung_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: started(barrier, 1), 30, what="the job started")
+    enable_healthcheck(cluster, tmp_path)
+
+    cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2"), GRACE + 2 * INTERVAL + 5, what="n2 drained")
+    assert f"job {job} pid " in cluster.show_node("n2")["Reason"]
+    assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in cluster.show_node("n2")["Reason"]
+    # Let several more health checks run on the same stuck task.
+    cluster.wait_for(lambda: len([r for r in journal(tmp_path, "n2") if r["status"] == "unhealthy"]) >= 3,
+                     4 * INTERVAL + 5, what="three unhealthy runs on n2")
+
+    info = cluster.show_job(job)
+    assert info["JobState"] == "RUNNING" and info["Restarts"] == "0", "left running, as configured"
+    comment = info["AdminComment"]
+    assert comment.count(f"slurm-hooks: node n2: job {job}") == 1, comment
+    assert comment.count("slurm-hooks: not requeued (requeue is disabled for this job") == 1
+    assert "; left running" in comment
+
+    runs = [r for r in journal(tmp_path, "n2") if r["status"] == "unhealthy"]
+    first = {a["kind"]: a for a in runs[0]["actions"]}
+    assert first["requeue"]["outcome"] == "skipped" and "left running" in first["requeue"]["message"]
+    for later in runs[1:]:
+        acts = {a["kind"]: a for a in later["actions"]}
+        for kind in ("comment", "requeue"):
+            assert acts[kind]["outcome"] == "skipped" and "already done" in acts[kind]["message"]
+    # The stuck thread is not the leader, and was found all the same.
+    [f] = [f for c in runs[0]["checks"] for f in c["findings"] if f["status"] == "stuck"]
+    assert f["evidence"]["tids"] != [f["evidence"]["pid"]]
+    # Killing was not tried by anyone (the job was left running), so the reboot is
+    # asked for; without RebootProgram that is reported, not swallowed.
+    reboot = next(a for r in runs[1:] for a in r["actions"] if a["kind"] == "reboot")
+    assert reboot["outcome"] == "failed" and "RebootProgram isn't defined" in reboot["message"]

@@ -1,0 +1,155 @@
+"""The stuck-task check against real processes stuck in D on a hung FUSE mount
+(outside Slurm; the job cases run on the cluster in test_stuck_jobs_slurm.py)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from helpers import SLURM_HOOKS, poll, proc_state
+
+OPEN_LOG = """
+import sys
+open(sys.argv[1] + "/run/main_log.txt", "a")
+"""
+THREAD_OPENS_LOG = """
+import sys, threading, time
+t = threading.Thread(target=lambda: open(sys.argv[1] + "/main_log.txt", "a"), daemon=True)
+t.start()
+time.sleep(3600)
+"""
+
+
+@pytest.fixture
+def stuck_check(tmp_path):
+    procs = []
+
+    class S:
+        config = tmp_path / "c.yaml"
+
+        def configure(self, **stuck):
+            doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
+                   "node_name": "testnode", "filesystems": [{"path": str(tmp_path)}],
+                   "stuck_tasks": {"grace": 1, "sample_window": 0.3, "non_job_tasks": "drain", **stuck}}
+            self.config.write_text(yaml.safe_dump(doc))
+
+        def spawn(self, code, *args):
+            p = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], start_new_session=True,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            procs.append(p)
+            return p
+
+        def run(self):
+            t0 = time.monotonic()
+            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "check", "stuck_tasks", "--json"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode in (0, 1), r.stderr
+            rec = json.loads(r.stdout)
+            rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
+            rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+            return rec
+
+        def about(self, rec, pid):
+            return [f for f in rec["findings"] if f["evidence"].get("pid") == pid]
+
+    yield S()
+    for p in procs:
+        p.kill()      # killable D (fuse_get_req): dies now or when the mount is aborted
+
+
+def wait_d(pid, tid=None):
+    path = f"/proc/{pid}/task/{tid or pid}/stat"
+
+    def state():
+        try:
+            data = open(path, "rb").read()
+        except OSError:
+            return None
+        return data[data.rfind(b")") + 2:].split()[0] == b"D"
+    poll(state, 5, what=f"{pid}/{tid} in D")
+
+
+def test_stuck_process_is_found_after_grace_with_its_file_and_mount(stuck_check, hung_mount):
+    stuck_check.configure()
+    p = stuck_check.spawn(OPEN_LOG, hung_mount.path)
+    wait_d(p.pid)
+    first = stuck_check.run()
+    [f] = stuck_check.about(first, p.pid)
+    assert f["status"] == "watching" and f["severity"] == "ok", "not stuck before the grace"
+    time.sleep(1.0)
+    second = stuck_check.run()
+    [f] = stuck_check.about(second, p.pid)
+    ev = f["evidence"]
+    assert f["status"] == "stuck" and f["severity"] == "fail" and second["rc"] == 1
+    assert ev["syscall"] == "openat" and ev["file"] == f"{hung_mount.path}/run/main_log.txt"
+    assert (ev["mountpoint"], ev["fstype"], ev["cause"]) == (str(hung_mount.path), "fuse.fusefs", "shared_filesystem")
+    assert ev["tids"] == [p.pid] and ev["job"] is None and ev["seconds"] >= 1
+    assert ev["wchan"] == "fuse_get_req" and ev["inspect"] == "ok"
+    assert f"-c {OPEN_LOG.strip()[:6]}" in ev["cmdline"] or ev["cmdline"].startswith(sys.executable)
+    assert f["summary"].startswith(f"pid {p.pid} stuck ") and \
+        f["summary"].endswith(f"in openat() on {hung_mount.path}/run/main_log.txt (fuse.fusefs {hung_mount.path})")
+    assert f["reason"] == f"pid {p.pid} stuck in openat() on {hung_mount.path}/run/main_log.txt (fuse.fusefs)"
+
+
+def test_non_leader_thread_is_found(stuck_check, hung_mount):
+    stuck_check.configure(grace=0.5)
+    p = stuck_check.spawn(THREAD_OPENS_LOG, hung_mount.path)
+    tid = poll(lambda: [int(t) for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid], 5,
+               what="the second thread")[0]
+    wait_d(p.pid, tid)
+    assert proc_state(p.pid) == "S", "the leader is not the stuck one"
+    stuck_check.run()
+    time.sleep(0.6)
+    [f] = stuck_check.about(stuck_check.run(), p.pid)
+    assert f["status"] == "stuck" and f["evidence"]["tids"] == [tid]
+    assert f["evidence"]["file"] == f"{hung_mount.path}/main_log.txt"
+
+
+def test_tasks_outside_jobs_follow_the_setting(stuck_check, hung_mount):
+    p = stuck_check.spawn(OPEN_LOG, hung_mount.path)
+    wait_d(p.pid)
+    stuck_check.configure(non_job_tasks="warn", grace=0.2)
+    stuck_check.run()
+    time.sleep(0.3)
+    warn = stuck_check.run()
+    [f] = stuck_check.about(warn, p.pid)
+    assert f["severity"] == "warn" and warn["rc"] == 0
+    stuck_check.configure(non_job_tasks="ignore", grace=0.2)
+    assert stuck_check.about(stuck_check.run(), p.pid) == []
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write the kernel log")
+def test_kernel_hung_task_line_corroborates_and_dates_the_hang(stuck_check, hung_mount):
+    stuck_check.configure(grace=1.5)
+    p = stuck_check.spawn(OPEN_LOG, hung_mount.path)
+    wait_d(p.pid)
+    time.sleep(2.2)
+    comm = open(f"/proc/{p.pid}/comm").read().strip()
+    line = f"INFO: task {comm}:{p.pid} blocked for more than 2 seconds."
+    with open("/dev/kmsg", "w") as k:
+        k.write(f"<3>{line}\n")
+    # The first look at this task: without the kernel's word it would only be watched.
+    [f] = stuck_check.about(stuck_check.run(), p.pid)
+    assert f["status"] == "stuck" and f["evidence"]["kernel_log"] == line
+    assert f["evidence"]["seconds"] >= 2
+
+
+def test_a_task_not_in_d_is_forgotten(stuck_check, hung_mount, tmp_path):
+    stuck_check.configure()
+    p = stuck_check.spawn(OPEN_LOG, hung_mount.path)
+    wait_d(p.pid)
+    stuck_check.run()
+    state = json.loads((tmp_path / "state" / "testnode" / "stuck-tasks.json").read_text())
+    assert any(k.startswith(f"{p.pid}/{p.pid}/") for k in state)
+    p.kill()
+    poll(lambda: proc_state(p.pid) in (None, "Z"), 5, what="the process to die")
+    p.wait(timeout=5)
+    rec = stuck_check.run()
+    assert stuck_check.about(rec, p.pid) == []
+    state = json.loads((tmp_path / "state" / "testnode" / "stuck-tasks.json").read_text())
+    assert not any(k.startswith(f"{p.pid}/") for k in state)
