@@ -3,7 +3,7 @@
 - Never undo or overwrite what an admin did: a node already drained with a reason that
   does not carry our prefix keeps that reason, and is not resumed by us.
 - At most once per incident: job and reboot actions that succeeded are remembered in
-  local state (the ledger, keyed by Action.key), so the next health check, which still
+  local state (the ledger, keyed by Action.keys), so the next health check, which still
   sees the same stuck task, does not requeue again or repeat the comment.
 - A job comment keeps whatever an admin already wrote in AdminComment.
 """
@@ -23,11 +23,11 @@ TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 
 def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool,
             ledger: dict | None = None) -> list[ActionResult]:
-    """Carry out actions in order; `ledger` (key -> when done) is read and updated."""
+    """Carry out actions in order; `ledger` (key -> {"done": t, "seen": t}) is read and updated."""
     ledger = ledger if ledger is not None else {}
     results = []
     for action in actions:
-        done_at = ledger.get(action.key) if action.incident else None
+        done_at = min((ledger[k]["done"] for k in action.keys if k in ledger), default=None)
         if done_at is not None:
             when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(done_at))
             results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}"))
@@ -41,8 +41,10 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
             result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}")
         except SlurmError as e:
             result = ActionResult(action, FAILED, f"scontrol refused: {e}")
-        if action.incident and result.outcome in (DONE, SKIPPED):
-            ledger[action.key] = time.time()
+        if result.outcome in (DONE, SKIPPED):
+            now = time.time()
+            for k in action.keys:
+                ledger[k] = {"done": now, "seen": now}
         results.append(result)
     return results
 
@@ -112,6 +114,8 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     state = info.get("JobState", "")
     if state in TERMINAL:
         return ActionResult(action, SKIPPED, f"job already ended ({state})")
+    if state.startswith(("PENDING", "REQUEUE")):
+        return ActionResult(action, SKIPPED, f"job already back in the queue ({state})")
     why = None
     if info.get("Requeue") == "0":
         why = "requeue is disabled for this job (--no-requeue or JobRequeue=0)"
@@ -124,6 +128,8 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
+            if "pending execution" in str(e):   # requeued by someone already
+                return ActionResult(action, SKIPPED, f"job already requeued: {e}")
             why = f"scontrol requeue refused: {e}"
     return _fallback(action, slurm, prefix, info, why)
 

@@ -97,13 +97,30 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) 
     ledger = state.load(LEDGER)
     actions = decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
     results = execute(actions, None if dry_run else Slurm(cfg.slurm), cfg.reason_prefix, dry_run, ledger)
-    # Forget incidents that are over: their keys will not come back (a new stuck task
-    # is a new incident), and the ledger must not grow without bound.
-    live = {f.incident for f in findings if f.incident}
-    ledger = {k: v for k, v in ledger.items() if live & set(k.split(":", 2)[2].split("+"))}
+    ledger = _refresh_ledger(ledger, findings)
     if not dry_run:
         state.save(LEDGER, ledger)
     return results
+
+
+# How long the ledger remembers an incident no finding has named. A stuck task can drop
+# out of the findings for a while (a SIGKILL wakes it for a moment and its clock
+# restarts) without being a new incident; a new stuck task has a new identity anyway.
+LEDGER_KEEP = 6 * 3600
+
+
+def _refresh_ledger(ledger: dict, findings: list[Finding]) -> dict:
+    now = time.time()
+    live = {f.incident for f in findings if f.incident}
+    out = {}
+    for key, entry in ledger.items():
+        if not isinstance(entry, dict) or "done" not in entry:
+            continue                       # an unreadable entry: forget it
+        if key.split(":", 2)[-1] in live:
+            entry = dict(entry, seen=now)
+        if now - float(entry.get("seen", entry["done"])) < LEDGER_KEEP:
+            out[key] = entry
+    return out
 
 
 def record_run(cfg, record: RunRecord) -> None:

@@ -71,9 +71,11 @@ class Action:
     fallback: str = ""         # requeue: what to do with a job that cannot be requeued
 
     @property
-    def key(self) -> str:
-        """Identity for 'at most once per incident'."""
-        return f"{self.kind}:{self.job or self.node}:{self.incident}"
+    def keys(self) -> list[str]:
+        """Identities for 'at most once per incident': one per incident the action is
+        about; it counts as done when any of them is."""
+        target = self.job or self.node
+        return [f"{self.kind}:{target}:{i}" for i in (self.incident or "").split("+") if i]
 
     def describe(self) -> str:
         if self.kind in ("drain", "resume", "reboot"):

@@ -53,6 +53,4 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
 def _killing_was_tried(f: Finding, node: str, actions_cfg, ledger: dict) -> bool:
     if f.job is None or not actions_cfg.requeue_job:
         return True
-    mine = f.incident or f.target
-    return any(key.startswith(f"requeue:{f.job}:") and mine in key.split(":", 2)[2].split("+")
-               for key in ledger)
+    return f"requeue:{f.job}:{f.incident or f.target}" in ledger

@@ -147,7 +147,14 @@ class Slurm:
     def listpids(self, node: str) -> dict:
         """pid -> JobRef for every job process this node's slurmd knows of."""
         from .jobs import parse_listpids
-        return parse_listpids(self._run("listpids", "*", node).stdout)
+        try:
+            return parse_listpids(self._run("listpids", "*", node).stdout)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "no job steps exist" in str(e).lower():
+                return {}
+            raise
 
     def drain(self, node: str, reason: str) -> None:
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")

@@ -55,9 +55,10 @@ SIGUSR2 resumes and answers everything queued.
 Readiness: once mount(2) succeeded and FUSE_INIT was answered (not
 waited for in 'unanswered' and 'late'; 'stuck' also waits for its
 warm-up, and exits with status 1 if that fails), the --ready-file is
-created (containing the pid), otherwise 'ready' is printed on stdout.  The server runs in the foreground until it
-is killed; killing it (any signal) aborts the FUSE connection: blocked
-callers get ENOTCONN.  Then the mount point still needs `umount -l`.
+created (containing the pid), otherwise 'ready' is printed on stdout.
+The server runs in the foreground until it is killed; killing it (any
+signal) aborts the FUSE connection: blocked callers get ENOTCONN (or,
+SIGKILLed ones, die).  Then the mount point still needs `umount -l`.
 A normal umount makes the server exit with status 0.
 """
 
@@ -408,7 +409,8 @@ class Server:
         interruptible wait: callers sleep killable (D) and, once SIGKILLed
         after their request was read, uninterruptibly (D) until abort.
         Returns 0, or an exit status on failure."""
-        warm_path = os.path.join(self.mountpoint, os.fsdecode(self.WARMUP_NAME))
+        warm_path = os.path.join(self.mountpoint,
+                                 os.fsdecode(self.WARMUP_NAME))
         pid = os.fork()
         if pid == 0:                                   # helper
             status = 3
@@ -789,8 +791,8 @@ def main(argv=None):
     p.add_argument("--entry-timeout", type=float, default=0.0,
                    help="entry/attr cache seconds (default 0: always ask)")
     p.add_argument("--mkdir", action="append", default=[], metavar="DIR",
-                   help="ok/slow/errno: directory (relative, nested ok) that "
-                        "exists from the start; repeatable")
+                   help="ok/slow/errno/late: directory (relative, nested "
+                        "ok) that exists from the start; repeatable")
     p.add_argument("--ready-file", default=None)
     p.add_argument("--debug", action="store_true", help="log every request")
     a = p.parse_args(argv)

@@ -453,8 +453,8 @@ def fuse_mount(path, mode, *, delay=None, errno=None, fail_op=None,
     (errno mode, e.g. errno="ESTALE", fail_op="write,fsync"), slow_op,
     name (mount source, default fusefs-MODE), subtype (type fuse.SUBTYPE,
     default fuse.fusefs), entry_timeout, dirs (directories present from
-    the start, ok/slow/errno/late), debug (log every request), timeout (to get
-    ready), log_dir (default: the mount point's parent)."""
+    the start, ok/slow/errno/late), debug (log every request), timeout
+    (to get ready), log_dir (default: the mount point's parent)."""
     m = start_fuse(path, mode, delay=delay, errno=errno, fail_op=fail_op,
                    slow_op=slow_op, name=name, subtype=subtype,
                    entry_timeout=entry_timeout, dirs=dirs, debug=debug,

@@ -164,8 +164,8 @@ def test_stuck_caller_is_in_d_from_the_start_and_unkillable(
     assert child.wait_state({"D", "S"}, timeout=0.5) == "D", child.describe()
     until = time.monotonic() + 0.3
     while time.monotonic() < until:
-        assert (child.state(), child.wchan()) == ("D", "request_wait_answer"), (
-            child.describe())
+        assert (child.state(), child.wchan()) == (
+            "D", "request_wait_answer"), child.describe()
         time.sleep(0.02)
     assert child.result() == {"phase": "before"}
 
@@ -211,7 +211,8 @@ def test_late_caller_is_briefly_in_d_then_succeeds(late_mount, spawn_child,
     # The mount keeps working afterwards, for everybody.
     again = run_child(r'''
 with open(sys.argv[1]) as f:
-    report(data=f.read(), listing=sorted(os.listdir(os.path.dirname(sys.argv[1]))))
+    data = f.read()
+report(data=data, listing=sorted(os.listdir(os.path.dirname(sys.argv[1]))))
 ''', [path], out_dir=tmp_path).result()
     assert again == {"data": "late but fine\n", "listing": ["late.txt"]}
 

@@ -40,7 +40,7 @@ def test_stuck_job_drains_comments_and_requeues_then_reboots_next_time():
                                "fs /gpfs write hung >10s (nfs4)")
     assert first[1].text.startswith("slurm-hooks: node n1: job 12 rank 0 pid 345 stuck 612s")
     # Next run: the requeue is in the ledger and the task is still there.
-    ledger = {first[2].key: 1.0}
+    ledger = {k: {"done": 1.0, "seen": 1.0} for k in first[2].keys}
     second = decide([f], "n1", "slurm-hooks:", ActionsConfig(), ledger)
     assert kinds(second) == [("drain", None), ("comment", "12"), ("requeue", "12"), ("reboot", None)]
 
@@ -56,3 +56,24 @@ def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
     acts = decide([stuck("7", 10), stuck("7", 11), stuck("8", 12)], "n1", "p:", ActionsConfig())
     assert kinds(acts) == [("drain", None), ("comment", "7"), ("requeue", "7"), ("comment", "8"), ("requeue", "8")]
     assert acts[1].incident == "n1:10:100+n1:11:100"
+
+
+def test_ledger_survives_an_incident_missing_for_a_while():
+    import time
+    from slurm_hooks.engine import LEDGER_KEEP, _refresh_ledger
+    now = time.time()
+    ledger = {"requeue:12:n1:345:100": {"done": now - 60, "seen": now - 60},
+              "requeue:13:n1:346:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
+              "reboot:n1:n1:347:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
+              "garbage": 1.5}
+    out = _refresh_ledger(ledger, [stuck("14", 347)])
+    assert set(out) == {"requeue:12:n1:345:100", "reboot:n1:n1:347:100"}
+    assert out["reboot:n1:n1:347:100"]["seen"] >= now      # still named: refreshed
+
+
+def test_execute_skips_what_the_ledger_holds():
+    from slurm_hooks.actions import execute
+    a = Action("requeue", node="n1", job="12", incident="n1:345:100+n1:346:100")
+    ledger = {"requeue:12:n1:346:100": {"done": 5.0, "seen": 5.0}}
+    [r] = execute([a], None, "p:", dry_run=False, ledger=ledger)
+    assert r.outcome == "skipped" and "already done for this incident" in r.message

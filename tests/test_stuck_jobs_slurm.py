@@ -35,12 +35,12 @@ time.sleep(3600)
 """
 
 
-def enable_healthcheck(cluster, tmp_path, **stuck):
+def enable_healthcheck(cluster, tmp_path, conf_extra="", **stuck):
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}],
         "stuck_tasks": {"grace": GRACE, "sample_window": 0.5, **stuck}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
-                        "HealthCheckNodeState=ANY")
+                        "HealthCheckNodeState=ANY\n" + conf_extra)
 
 
 def started(barrier, n):
@@ -86,6 +86,13 @@ def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
     assert {a["kind"]: a["outcome"] for a in sick["actions"]} == \
         {"drain": "done", "comment": "done", "requeue": "done"}
 
+    # The requeue killed the stuck rank (this hang is killable, like an NFS wait), so
+    # the next runs find nothing stuck and ask for no reboot.
+    runs = len(journal(tmp_path, "n1"))
+    cluster.wait_for(lambda: len(journal(tmp_path, "n1")) >= runs + 2, 3 * INTERVAL + 5, what="two more runs")
+    assert not [a for r in journal(tmp_path, "n1") for a in r["actions"] if a["kind"] == "reboot"]
+    assert journal(tmp_path, "n1")[-1]["status"] == "healthy"
+
 
 def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
@@ -126,3 +133,56 @@ def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_clu
     # asked for; without RebootProgram that is reported, not swallowed.
     reboot = next(a for r in runs[1:] for a in r["actions"] if a["kind"] == "reboot")
     assert reboot["outcome"] == "failed" and "RebootProgram isn't defined" in reboot["message"]
+
+
+def test_listpids_fallback_names_the_job_of_a_process(clean_cluster, tmp_path):
+    """What the stuck-task check asks Slurm when a task's cgroup does not say."""
+    from slurm_hooks.config import SlurmConfig
+    from slurm_hooks.slurm import Slurm
+    cluster = clean_cluster
+    marker = tmp_path / "pid"
+    job = cluster.sbatch("-N1", "-w", "n3", "-o", "/dev/null",
+                         script=f"#!/bin/sh\nsrun sh -c 'echo $$ > {marker}; exec sleep 60'\n")
+    cluster.wait_for(lambda: marker.exists() and marker.read_text().strip(), 30, what="the step started")
+    pid = int(marker.read_text())
+    slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10))
+    refs = slurm.listpids("n3")
+    assert refs[pid].job == str(job) and refs[pid].step == "0"
+    assert pid not in slurm.listpids("n1")
+
+
+def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_path):
+    """Like GPFS in the incident: the task is in D from the start and SIGKILL does not
+    end it. The requeue cannot clear it, so the next run asks for a reboot, which Slurm
+    carries out (RebootProgram) once the node is idle."""
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(RANKS)
+    marker = tmp_path / "rebooted"
+    reboot = tmp_path / "reboot-program"
+    reboot.write_text(f"#!/bin/sh\necho rebooted >> {marker}\n")
+    reboot.chmod(0o755)
+    # Before the job starts: slurmstepd reads UnkillableStepTimeout when it launches.
+    enable_healthcheck(cluster, tmp_path, f"RebootProgram={reboot}\nUnkillableStepTimeout=5\n")
+    job = cluster.sbatch("-N1", "-w", "n3", "--requeue", "-o", "/dev/null", script=(
+        "#!/bin/sh\n"
+        f"srun {sys.executable} {tmp_path}/ranks.py {stuck_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: started(barrier, 1), 30, what="the job started")
+
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", GRACE + 2 * INTERVAL + 5,
+                     what="the job requeued")
+    cluster.wait_for(lambda: any(a["kind"] == "reboot" for r in journal(tmp_path, "n3") for a in r["actions"]),
+                     3 * INTERVAL + 5, what="a reboot asked for")
+    reboot_action = next(a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "reboot")
+    assert reboot_action["outcome"] == "done", reboot_action
+    assert "REBOOT" in cluster.node_state("n3")
+    assert cluster.show_node("n3")["Reason"].startswith(f"slurm-hooks: job {job} pid ")
+    # Slurm gives up killing the task (UnkillableStepTimeout), the node empties and
+    # Slurm runs RebootProgram: the only cure.
+    cluster.wait_for(marker.exists, 40, what="RebootProgram run by slurmd")
+    requeues = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "requeue"]
+    assert [a["outcome"] for a in requeues][0] == "done"
+    assert all(a["outcome"] == "skipped" and "left running" not in a["message"] for a in requeues[1:])
+    assert all(r["status"] != "unhealthy" for n in ("n1", "n2") for r in journal(tmp_path, n))
+    cluster.scontrol("cancel_reboot", "n3", check=False)

@@ -153,3 +153,26 @@ def test_a_task_not_in_d_is_forgotten(stuck_check, hung_mount, tmp_path):
     assert stuck_check.about(rec, p.pid) == []
     state = json.loads((tmp_path / "state" / "testnode" / "stuck-tasks.json").read_text())
     assert not any(k.startswith(f"{p.pid}/") for k in state)
+
+
+OPEN_WRITE_THEN_IDLE = """
+import sys, time
+with open(sys.argv[1] + "/probe/log", "w") as f:
+    f.write("step 1\\n")
+time.sleep(3600)
+"""
+
+
+def test_briefly_in_d_then_continues_is_not_flagged(stuck_check, late_mount, tmp_path):
+    stuck_check.configure(grace=1)
+    p = stuck_check.spawn(OPEN_WRITE_THEN_IDLE, late_mount.path)
+    wait_d(p.pid)
+    [f] = stuck_check.about(stuck_check.run(), p.pid)
+    assert f["status"] == "watching"
+    late_mount.resume()            # the server answers: the write completes
+    poll(lambda: proc_state(p.pid) == "S", 5, what="the process to go on")
+    time.sleep(1.1)                # past the grace
+    rec = stuck_check.run()
+    assert stuck_check.about(rec, p.pid) == [] and rec["rc"] == 0
+    state = json.loads((tmp_path / "state" / "testnode" / "stuck-tasks.json").read_text())
+    assert not any(k.startswith(f"{p.pid}/") for k in state)
