@@ -89,10 +89,10 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
 
 
 def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) -> list[ActionResult]:
-    from .policy import decide
     if not any(f.severity == FAIL for f in findings) and not os.path.exists(state.path("actions-done")):
         return []
     from .actions import LEDGER, execute
+    from .policy import decide
     from .slurm import Slurm
     ledger = state.load(LEDGER)
     actions = decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
