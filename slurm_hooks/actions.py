@@ -135,17 +135,21 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
 
 
 def _fallback(action: Action, slurm: Slurm, prefix: str, info: dict, why: str) -> ActionResult:
-    if action.fallback == "cancel":
-        slurm.cancel(action.job)
-        note, outcome, msg = "cancelled instead", DONE, f"cancelled instead: {why}"
-    else:
-        note, outcome, msg = "left running", SKIPPED, f"not requeued, left running: {why}"
+    cancel = action.fallback == "cancel"
+    note = "cancelled instead" if cancel else "left running"
+    msg = f"{note}: {why}" if cancel else f"not requeued, left running: {why}"
+    # Record why on the job first: a cancelled job may no longer take updates.
     text = one_line(f"{prefix} not requeued ({why}); {note}")
     try:
         _append_comment(slurm, action.job, slurm.show_job(action.job) or info, text)
+    except SlurmUnavailable:
+        raise
     except SlurmError as e:
         msg += f"; could not record it on the job: {e}"
-    return ActionResult(action, outcome, msg)
+    if cancel:
+        slurm.cancel(action.job)
+        return ActionResult(action, DONE, msg)
+    return ActionResult(action, SKIPPED, msg)
 
 
 def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:

@@ -186,3 +186,35 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     assert all(a["outcome"] == "skipped" and "left running" not in a["message"] for a in requeues[1:])
     assert all(r["status"] != "unhealthy" for n in ("n1", "n2") for r in journal(tmp_path, n))
     cluster.scontrol("cancel_reboot", "n3", check=False)
+
+
+def test_cancel_fallback(clean_cluster, hung_mount, tmp_path):
+    import subprocess
+    import yaml
+    from helpers import SLURM_HOOKS
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(RANKS)
+    job = cluster.sbatch("-N1", "-w", "n1", "--no-requeue", "-o", "/dev/null", script=(
+        "#!/bin/sh\n"
+        f"srun {sys.executable} {tmp_path}/ranks.py {hung_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: started(barrier, 1), 30, what="the job started")
+    cfg = tmp_path / "n1.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal-n1.jsonl"),
+        "filesystems": [{"path": str(tmp_path)}], "slurm": {"conf": str(cluster.conf_path)},
+        "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
+        "actions": {"requeue_fallback": "cancel", "reboot": False}}))
+
+    def healthcheck():
+        return subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "healthcheck"], capture_output=True,
+                              text=True, timeout=60, env={"SLURMD_NODENAME": "n1"})
+    healthcheck()
+    time.sleep(0.6)
+    r = healthcheck()
+    assert r.returncode == 1
+    assert "requeue job" in r.stdout and "cancelled instead: requeue is disabled for this job" in r.stdout
+    cluster.wait_for(lambda: cluster.job_state(job) in ("CANCELLED", "COMPLETING"), 20, what="job cancelled")
+    assert "slurm-hooks: not requeued (requeue is disabled for this job (--no-requeue or JobRequeue=0)); " \
+           "cancelled instead" in cluster.show_job(job)["AdminComment"]
