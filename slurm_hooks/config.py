@@ -123,6 +123,54 @@ class StuckTasksConfig:
 
 
 @dataclass
+class GpuIdleConfig:
+    enabled: bool = setting(True, kind="bool",
+                            doc="Report a GPU that idles while the other GPUs of its job are busy.")
+    samples: int = setting(3, kind="int", min=1, max=1000,
+                           doc="Consecutive health-check runs the GPU must be seen idle-while-busy "
+                           "before it fails (a GPU whose process is stuck in D fails at once).")
+    busy_utilization: float = setting(50.0, kind="number", min=0, max=100,
+                                      doc="Utilization (%) at which a GPU counts as busy.")
+    idle_utilization: float = setting(5.0, kind="number", min=0, max=100,
+                                      doc="Utilization (%) at or below which a GPU counts as idle.")
+    idle_power_ratio: float = setting(0.5, kind="number", min=0, max=1,
+                                      doc="An idle GPU must also draw at most this share of the power "
+                                      "of its job's busiest GPU.")
+
+
+@dataclass
+class GpuConfig:
+    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
+                           doc="auto: check GPUs when an NVIDIA driver is present, else not "
+                           "applicable. true: this node must have working GPUs (no driver is a "
+                           "failure). false: never.")
+    count: int | None = setting(None, kind="int", min=0, max=1024, nullable=True,
+                                doc="GPUs this node must show. null: the node's Gres=gpu:N in Slurm "
+                                "(asked once an hour), else not checked.")
+    timeout: float = setting(10.0, kind="seconds",
+                             doc="Deadline of the NVML queries, all GPUs together. Past it the "
+                             "driver is reported unresponsive, naming the call it did not answer.")
+    temperature_warn: float = setting(87.0, kind="number", min=0, max=200,
+                                      doc="Warn above this GPU temperature (C).")
+    clock_event_warn: list = setting(["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                                      "sw_thermal_slowdown"], kind="strlist",
+                                     choices=("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                                              "sw_thermal_slowdown", "sw_power_cap", "sync_boost"),
+                                     doc="Clock-event (throttle) reasons that give a warning.")
+    pcie_replay_warn: int = setting(100, kind="int", min=1,
+                                    doc="Warn when a GPU's PCIe replay counter grows by this much "
+                                    "between two runs.")
+    nvlink_error_warn: int = setting(100, kind="int", min=1,
+                                     doc="Warn when a GPU's NVLink error counters grow by this much "
+                                     "between two runs.")
+    xid_actions: dict = setting({}, kind="map", key_kind="int", choices=("drain", "record", "warn"),
+                                doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
+                                "Defaults: README, section Xid table.")
+    idle: GpuIdleConfig = setting(kind="section", cls=GpuIdleConfig,
+                                  doc="GPUs idle while the rest of their job is busy.")
+
+
+@dataclass
 class ActionsConfig:
     drain: bool = setting(True, kind="bool",
                           doc="Drain the node when a check fails. false: report only.")
@@ -162,6 +210,7 @@ class Config:
                                                       doc="Defaults for every filesystems entry.")
     stuck_tasks: StuckTasksConfig = setting(kind="section", cls=StuckTasksConfig,
                                             doc="Tasks stuck in uninterruptible sleep.")
+    gpu: GpuConfig = setting(kind="section", cls=GpuConfig, doc="NVIDIA GPUs, through NVML.")
     actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
                                      doc="What slurm-hooks may do about what it finds.")
     slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
@@ -258,6 +307,8 @@ def _from_dict(cls, data: dict):
             v = _from_dict(f.metadata["cls"], v)
         elif kind == "list":
             v = [_from_dict(f.metadata["item"], item) for item in v]
+        elif kind == "map" and f.metadata.get("key_kind") == "int":
+            v = {int(k): x for k, x in v.items()}   # JSON turned the keys into strings
         values[f.name] = v
     return cls(**values)
 
@@ -363,11 +414,23 @@ class _Validator:
             if not isinstance(node, yaml.SequenceNode):
                 self.fail(node, key, f"must be a list of strings, got {_describe(node, yaml)}")
                 return False, None
+            item_meta = {"kind": "enum", "choices": meta["choices"]} if meta.get("choices") else {"kind": "str"}
             out = []
             for i, item in enumerate(node.value):
-                ok, v = self.value(item, {"kind": "str"}, f"{key}[{i}]")
+                ok, v = self.value(item, item_meta, f"{key}[{i}]")
                 if ok:
                     out.append(v)
+            return True, out
+        if kind == "map":
+            if not isinstance(node, yaml.MappingNode):
+                self.fail(node, key, f"must be a mapping, got {_describe(node, yaml)}")
+                return False, None
+            out = {}
+            for knode, vnode in node.value:
+                ok_k, k = self.scalar(knode, {"kind": meta["key_kind"]}, f"{key} key")
+                ok_v, v = self.value(vnode, {"kind": "enum", "choices": meta["choices"]}, f"{key}.{knode.value}")
+                if ok_k and ok_v:
+                    out[k] = v
             return True, out
         if not isinstance(node, yaml.ScalarNode):
             self.fail(node, key, f"must be a single value, got {_describe(node, yaml)}")

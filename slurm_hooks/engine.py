@@ -15,7 +15,7 @@ from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
-DEFAULT_CHECKS = ["filesystem", "stuck_tasks"]
+DEFAULT_CHECKS = ["filesystem", "stuck_tasks", "gpu"]
 
 
 @dataclass
@@ -79,6 +79,7 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     ctx = Context(cfg, node, state, Runner(state), hook=hook)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run)
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
+    _correlate(record.checks)
     record.notes = ctx.notes
     if act:
         record.actions = take_actions(cfg, node, record.findings, dry_run, state)
@@ -86,6 +87,15 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     record.warnings = state.warnings
     record.duration = time.monotonic() - t0
     return record
+
+
+def _correlate(runs: list[CheckRun]) -> None:
+    """Join findings of different checks that explain each other (correlate.py)."""
+    from .correlate import correlate
+    everything = [f for c in runs for f in c.findings]
+    kept = {id(f) for f in correlate(everything)}
+    for c in runs:
+        c.findings = [f for f in c.findings if id(f) in kept]
 
 
 def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) -> list[ActionResult]:

@@ -39,6 +39,11 @@ MATCHERS = [
             re.compile(r"INFO: task (?P<comm>.+?):(?P<pid>\d+) blocked for more than (?P<seconds>\d+) seconds"),
             "the kernel's hung-task detector saw this task in uninterruptible sleep",
             "INFO: task python:280058 blocked for more than 122 seconds."),
+    Matcher("xid",
+            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
+                       r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
+            "the NVIDIA driver reports an Xid event for the GPU at this PCI address (xid.py classifies it)",
+            "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."),
 ]
 
 

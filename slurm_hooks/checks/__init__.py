@@ -25,6 +25,7 @@ from ..model import WARN, CheckRun, Finding
 REGISTRY = {
     "filesystem": "slurm_hooks.checks.filesystem",
     "stuck_tasks": "slurm_hooks.checks.stuck_tasks",
+    "gpu": "slurm_hooks.checks.gpu",
 }
 
 

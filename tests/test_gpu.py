@@ -1,0 +1,211 @@
+"""The GPU check with NVML faked at the pynvml module boundary (tests/fake_nvml), the
+kernel log for real (/dev/kmsg), and the hang-safe runner for real."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import ROOT, SLURM_HOOKS, proc_state
+
+FAKE = ROOT / "tests" / "fake_nvml"
+
+
+def gpu(i, **kw):
+    g = {"pci": f"00000000:{0x3b + i:02X}:00.0", "uuid": f"GPU-{i:08x}", "name": "NVIDIA H100 80GB HBM3",
+         "temperature": 31, "utilization": 0, "power_mw": 70000}
+    g.update(kw)
+    return g
+
+
+@pytest.fixture
+def nvml(tmp_path):
+    class N:
+        scenario = {"gpus": [gpu(i) for i in range(8)]}
+        config = tmp_path / "c.yaml"
+
+        def configure(self, **gpu_cfg):
+            doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
+                   "node_name": "gpunode", "gpu": {"enabled": "true", "timeout": 2, **gpu_cfg}}
+            self.config.write_text(yaml.safe_dump(doc))
+
+        def run(self, scenario=None):
+            path = tmp_path / "scenario.json"
+            path.write_text(json.dumps(scenario if scenario is not None else self.scenario))
+            env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(path), "PATH": "/usr/bin:/bin"}
+            t0 = time.monotonic()
+            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "check", "gpu", "--json"],
+                               capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode in (0, 1), r.stderr
+            rec = json.loads(r.stdout)
+            rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
+            rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+            rec["bad"] = [f for f in rec["findings"] if f["severity"] != "ok"]
+            return rec
+    n = N()
+    n.configure(count=8)
+    seed_kmsg_position(tmp_path / "state" / "gpunode")
+    return n
+
+
+def seed_kmsg_position(state_dir):
+    """As if an earlier run had read the kernel log up to now: Xid lines other tests
+    wrote are not this test's events."""
+    from slurm_hooks import kmsg
+    records = kmsg.read()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
+                                                         "seq": records[-1].seq if records else -1}))
+
+
+def write_kmsg(*lines):
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        for line in lines:
+            os.write(fd, f"<4>{line}\n".encode())     # one record per write
+    finally:
+        os.close(fd)
+
+
+def test_fake_matches_real_nvml_error_values():
+    real = pytest.importorskip("pynvml")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE / "pynvml.py")
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    for name in dir(fake):
+        if name.startswith("NVML_") and hasattr(real, name):
+            assert getattr(fake, name) == getattr(real, name), name
+    for value in (fake.NVML_ERROR_GPU_IS_LOST, fake.NVML_ERROR_RESET_REQUIRED, fake.NVML_ERROR_NOT_SUPPORTED):
+        assert str(fake.NVMLError(value)) == str(real.NVMLError(value))
+
+
+def test_healthy_gpus(nvml):
+    rec = nvml.run()
+    assert rec["rc"] == 0 and rec["bad"] == []
+    assert rec["findings"][0]["summary"] == "gpu: 8 GPU(s) healthy (driver 550.54.15)"
+
+
+def test_unsupported_queries_are_not_failures(nvml):
+    sc = copy.deepcopy(nvml.scenario)
+    for g in sc["gpus"]:
+        g["errors"] = {q: "NOT_SUPPORTED" for q in ("nvmlDeviceGetTemperature", "nvmlDeviceGetRemappedRows",
+                                                   "nvmlDeviceGetRetiredPagesPendingStatus", "nvmlDeviceGetPcieReplayCounter",
+                                                   "nvmlDeviceGetFieldValues", "nvmlDeviceGetTotalEccErrors")}
+    assert nvml.run(sc)["bad"] == []
+
+
+@pytest.mark.parametrize("change,summary", [
+    ({"errors": {"*": "GPU_IS_LOST"}}, "gpu 3 (0000:3e:00.0) lost (NVML: GPU is lost)"),
+    ({"errors": {"nvmlDeviceGetPowerUsage": "RESET_REQUIRED"}}, "gpu 3 (0000:3e:00.0) needs a reset (NVML: GPU requires restart)"),
+    ({"ecc_uncorrected": 2}, "gpu 3 (0000:3e:00.0) 2 uncorrectable ECC errors since driver load"),
+    ({"remapped_rows": [0, 1, 0, 1]}, "gpu 3 (0000:3e:00.0) row remapping failed"),
+    ({"remapped_rows": [0, 1, 1, 0]}, "gpu 3 (0000:3e:00.0) row remapping pending (needs a GPU reset)"),
+    ({"retired_pending": 1}, "gpu 3 (0000:3e:00.0) retired pages pending (needs a GPU reset)"),
+    ({"recovery_action": 2}, "gpu 3 (0000:3e:00.0) driver asks for recovery: node_reboot"),
+])
+def test_gpu_failures_drain(nvml, change, summary):
+    nvml.run()                                    # the inventory learns where gpu 3 sits
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][3].update(change)
+    rec = nvml.run(sc)
+    assert rec["rc"] == 1
+    assert [f["summary"] for f in rec["bad"]] == [summary]
+    assert rec["bad"][0]["reason"] == summary
+
+
+@pytest.mark.parametrize("change,summary", [
+    ({"temperature": 95}, "gpu 2 (0000:3d:00.0) temperature 95C > 87C"),
+    ({"clock_events": 0x8 | 0x40 | 0x1}, "gpu 2 (0000:3d:00.0) clocks held down: hw_slowdown, hw_thermal_slowdown"),
+])
+def test_warnings_do_not_drain(nvml, change, summary):
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][2].update(change)
+    rec = nvml.run(sc)
+    assert rec["rc"] == 0 and [f["summary"] for f in rec["bad"]] == [summary]
+    assert rec["bad"][0]["severity"] == "warn"
+
+
+def test_counter_growth_between_runs_warns(nvml):
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][1].update(pcie_replays=10, nvlink_links=2, nvlink_errors=1)
+    assert nvml.run(sc)["bad"] == []
+    sc["gpus"][1].update(pcie_replays=510, nvlink_errors=200)
+    got = sorted(f["summary"] for f in nvml.run(sc)["bad"])
+    assert got == ["gpu 1 (0000:3c:00.0) NVLink errors +1592 since the last run",
+                   "gpu 1 (0000:3c:00.0) PCIe replays +500 since the last run"]
+
+
+def test_missing_gpu_is_named(nvml):
+    assert nvml.run()["rc"] == 0                 # the inventory learns eight GPUs
+    sc = copy.deepcopy(nvml.scenario)
+    del sc["gpus"][5]
+    rec = nvml.run(sc)
+    assert rec["rc"] == 1
+    assert [f["summary"] for f in rec["bad"]] == ["gpu count 7 < expected 8: missing 0000:40:00.0 (was gpu 5)"]
+
+
+def test_library_not_found(nvml):
+    rec = nvml.run({"init": "LIBRARY_NOT_FOUND", "gpus": []})
+    assert rec["rc"] == 1 and rec["bad"][0]["summary"] == "gpu: NVML init failed: LIBRARY_NOT_FOUND"
+    nvml.configure(enabled="auto")
+    if not os.path.exists("/dev/nvidiactl") and not os.path.exists("/proc/driver/nvidia/version"):
+        rec = nvml.run({"init": "LIBRARY_NOT_FOUND", "gpus": []})
+        assert rec["rc"] == 0 and rec["findings"][0]["status"] == "not_applicable"
+
+
+def test_driver_that_never_answers(nvml):
+    sc = copy.deepcopy(nvml.scenario)
+    sc["hang"] = {"call": "nvmlDeviceGetPowerUsage", "index": 1}
+    rec = nvml.run(sc)
+    assert rec["rc"] == 1 and rec["elapsed"] < 2 + 1.0
+    assert [f["summary"] for f in rec["bad"]] == \
+        ["gpu driver unresponsive: no answer to gpu 1: nvmlDeviceGetPowerUsage within 2s"]
+
+
+def test_driver_stuck_in_the_kernel_is_remembered(nvml, swallow_mount):
+    sc = copy.deepcopy(nvml.scenario)
+    sc.update(hang={"call": "nvmlInit"}, hang_path=str(Path(swallow_mount.path) / "x"))
+    first = nvml.run(sc)
+    assert first["bad"][0]["summary"] == "gpu driver unresponsive: no answer to nvmlInit within 2s"
+    pid = first["bad"][0]["evidence"]["pid"]
+    assert proc_state(pid) == "D"
+    second = nvml.run(sc)
+    assert second["bad"][0]["detail"].startswith("still hung since ")
+    assert second["bad"][0]["evidence"]["pid"] == pid and second["elapsed"] < 1.5
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write the kernel log")
+def test_xid_events_from_the_kernel_log(nvml):
+    nvml.configure(count=8, xid_actions={43: "warn"})
+    write_kmsg("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+               "NVRM: Xid (PCI:0000:3b:00): 13, pid=99, name=train, Graphics Exception: ESR 0x1",
+               "NVRM: Xid (PCI:0000:3c:00): 43, pid=99, name=train, Ch 00000010",
+               "NVRM: Xid (PCI:0000:3d:00): 4242, pid=1, something new")
+    rec = nvml.run()
+    xids = {f["evidence"]["xid"]: f for f in rec["findings"] if f["status"].startswith("xid_")}
+    assert xids[79]["severity"] == "fail" and xids[79]["summary"] == "gpu 3 (0000:3e:00.0) Xid 79: GPU has fallen off the bus"
+    assert xids[79]["reason"] == "gpu 3 (0000:3e:00.0) Xid 79"
+    assert xids[13]["severity"] == "ok" and xids[13]["status"] == "xid_record"
+    assert xids[43]["severity"] == "warn", "configured override"
+    assert xids[4242]["severity"] == "warn" and "not in the table" in xids[4242]["summary"]
+    assert rec["rc"] == 1
+    again = nvml.run()
+    assert not [f for f in again["findings"] if f["status"].startswith("xid_")], "each event counts once"
+
+
+@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write the kernel log")
+def test_lost_gpu_with_its_xid_is_one_line(nvml):
+    nvml.run()
+    write_kmsg("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, GPU has fallen off the bus.")
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][3]["errors"] = {"*": "GPU_IS_LOST"}
+    for _ in range(2):                      # the Xid is remembered for later runs
+        rec = nvml.run(sc)
+        assert [f["reason"] for f in rec["bad"]] == ["gpu 3 (0000:3e:00.0) lost: Xid 79"]
