@@ -62,3 +62,32 @@ def journal(root: Path, node: str) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --- GPU tests: NVML scenarios for tests/fake_nvml and the kernel log ------------------
+def gpu(i, **kw):
+    g = {"pci": f"00000000:{0x3b + i:02X}:00.0", "uuid": f"GPU-{i:08x}", "name": "NVIDIA H100 80GB HBM3",
+         "temperature": 31, "utilization": 0, "power_mw": 70000}
+    g.update(kw)
+    return g
+
+
+def seed_kmsg_position(state_dir):
+    """As if an earlier run had read the kernel log up to now: Xid lines other tests
+    wrote are not this test's events."""
+    import json
+    from slurm_hooks import kmsg
+    records = kmsg.read()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
+                                                         "seq": records[-1].seq if records else -1}))
+
+
+def write_kmsg(*lines):
+    import os
+    fd = os.open("/dev/kmsg", os.O_WRONLY)
+    try:
+        for line in lines:
+            os.write(fd, f"<4>{line}\n".encode())     # one record per write
+    finally:
+        os.close(fd)

@@ -12,16 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ROOT, SLURM_HOOKS, proc_state
+from helpers import ROOT, SLURM_HOOKS, gpu, proc_state, seed_kmsg_position, write_kmsg
 
 FAKE = ROOT / "tests" / "fake_nvml"
-
-
-def gpu(i, **kw):
-    g = {"pci": f"00000000:{0x3b + i:02X}:00.0", "uuid": f"GPU-{i:08x}", "name": "NVIDIA H100 80GB HBM3",
-         "temperature": 31, "utilization": 0, "power_mw": 70000}
-    g.update(kw)
-    return g
 
 
 @pytest.fixture
@@ -52,25 +45,6 @@ def nvml(tmp_path):
     n.configure(count=8)
     seed_kmsg_position(tmp_path / "state" / "gpunode")
     return n
-
-
-def seed_kmsg_position(state_dir):
-    """As if an earlier run had read the kernel log up to now: Xid lines other tests
-    wrote are not this test's events."""
-    from slurm_hooks import kmsg
-    records = kmsg.read()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
-                                                         "seq": records[-1].seq if records else -1}))
-
-
-def write_kmsg(*lines):
-    fd = os.open("/dev/kmsg", os.O_WRONLY)
-    try:
-        for line in lines:
-            os.write(fd, f"<4>{line}\n".encode())     # one record per write
-    finally:
-        os.close(fd)
 
 
 def test_fake_matches_real_nvml_error_values():

@@ -121,16 +121,21 @@ class GpuCheck:
         gpus = v.get("gpus", [])
         known = {entry["index"]: pci for pci, entry in ctx.state.load("gpu-inventory").items()}
         for g in gpus:
-            if not g.get("pci") and g["index"] in known:
+            if g.get("pci"):
+                g["pci"] = xidmod.normalise_pci(g["pci"])
+            elif g["index"] in known:
                 g["pci"] = known[g["index"]]     # a lost GPU no longer says where it sits
         by_pci = {xidmod.normalise_pci(g["pci"]): g for g in gpus if g.get("pci")}
         jobs = self._jobs(ctx, gpus)
+        last_jobs = self._remember_jobs(ctx, gpus, jobs)
         out += self._count(ctx, cfg, gpus, by_pci)
         xids = self._xids(ctx, cfg, by_pci, jobs)
         last_xid = self._remember_xids(ctx, xids)
         counters = ctx.state.load("gpu-counters")
         for g in gpus:
-            health = self._health(cfg, g, jobs.get(g["index"]), counters, last_xid)
+            job = jobs.get(g["index"])
+            jobid = job[0].job if job else last_jobs.get(g.get("pci") or "")
+            health = self._health(cfg, g, jobid, counters, last_xid)
             out += health
             if any(f.status in ("lost", "reset_required") for f in health):
                 # "gpu 3 (...) lost: Xid 79" says it all; no second line for the Xid.
@@ -237,6 +242,16 @@ class GpuCheck:
         return out
 
     @staticmethod
+    def _remember_jobs(ctx, gpus: list[dict], jobs: dict) -> dict:
+        """pci -> the job seen on that GPU last run. A GPU that is lost can no longer
+        say which processes used it; the job that did is the one to requeue."""
+        before = ctx.state.load("gpu-jobs")
+        now = {g["pci"]: jobs[g["index"]][0].job for g in gpus if g.get("pci") and g["index"] in jobs}
+        if now != before:
+            ctx.state.save("gpu-jobs", now)
+        return before
+
+    @staticmethod
     def _remember_xids(ctx, xids: list[Finding]) -> dict:
         """pci -> the last drain-worthy Xid seen for it (kept across runs)."""
         seen = ctx.state.load("gpu-xids")
@@ -246,10 +261,9 @@ class GpuCheck:
             ctx.state.save("gpu-xids", seen)
         return seen
 
-    def _health(self, cfg, g: dict, job, counters: dict, last_xid: dict) -> list[Finding]:
+    def _health(self, cfg, g: dict, jobid: str | None, counters: dict, last_xid: dict) -> list[Finding]:
         idx, pci = g["index"], g.get("pci") and xidmod.normalise_pci(g["pci"])
         who = f"gpu {idx} ({pci or '?'})"
-        jobid = job[0].job if job else None
         out = []
 
         def fail(status, what, reboot=True):
