@@ -183,3 +183,12 @@ def test_lost_gpu_with_its_xid_is_one_line(nvml):
     for _ in range(2):                      # the Xid is remembered for later runs
         rec = nvml.run(sc)
         assert [f["reason"] for f in rec["bad"]] == ["gpu 3 (0000:3e:00.0) lost: Xid 79"]
+
+
+def test_readme_xid_table_is_the_code_table():
+    from slurm_hooks import xid
+    text = (ROOT / "README.md").read_text()
+    for cls in (xid.DRAIN, xid.RECORD):
+        row = next(line for line in text.splitlines() if line.startswith(f"| `{cls}` |"))
+        listed = {int(n) for n in row.split("|")[2].split("(")[0].replace(",", " ").split()}
+        assert listed == {n for n, (c, _) in xid.TABLE.items() if c == cls}, cls
