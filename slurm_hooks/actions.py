@@ -16,6 +16,10 @@ from .reason import one_line
 from .slurm import Slurm, SlurmError, SlurmUnavailable, node_is_drained, strip_reason_stamp
 
 DONE, DRY_RUN, SKIPPED, FAILED = "done", "dry-run", "skipped", "failed"
+# What slurmctld writes when a hook fails or a task cannot be killed. slurm-hooks puts
+# its own precise reason in their place, but only when it knows the cause (its own
+# hook failed, or it diagnosed the task): never over an admin's words.
+GENERIC_REASONS = ("Prolog error", "Epilog error", "Kill task failed")
 LEDGER = "actions-done"
 TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
@@ -63,12 +67,18 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     if info is None:
         return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
     current = strip_reason_stamp(info.get("Reason", ""))
+    if action.replace_only and not node_is_drained(info):
+        return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace")
     if node_is_drained(info):
-        if not current.startswith(prefix):
+        generic = current in GENERIC_REASONS and current in action.replaces.split("|")
+        if not current.startswith(prefix) and not generic:
             return ActionResult(action, SKIPPED,
                                 f"already drained by someone else (reason: {current or 'none'}); left as it is")
         if current == action.reason:
             return ActionResult(action, SKIPPED, "already drained with this reason")
+        if generic:
+            slurm.drain(action.node, action.reason)
+            return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}")
     slurm.drain(action.node, action.reason)
     return ActionResult(action, DONE)
 

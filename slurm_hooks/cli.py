@@ -43,6 +43,12 @@ def _parser():
     h.add_argument("--dry-run", action="store_true", help="print the actions instead of taking them")
     h.add_argument("--json", action="store_true", help="print the full record as JSON")
 
+    for hook, what in (("prolog", "the Prolog: fast checks before a job starts; non-zero exit fails the start"),
+                       ("epilog", "the Epilog: leftovers of the job that ended; drains a sick node at once")):
+        hp = sub.add_parser(hook, parents=[common], help=what)
+        hp.add_argument("--dry-run", action="store_true", help="print the actions instead of taking them")
+        hp.add_argument("--json", action="store_true", help="print the full record as JSON")
+
     cf = sub.add_parser("config", parents=[common], help="configuration tools")
     csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -65,8 +71,14 @@ def main(argv: list[str] | None = None) -> int:
             return _config_command(args)
         cfg = _load_config(args.config)
     except ConfigError as e:
+        if args.command in ("prolog", "epilog"):
+            from .hooks import config_error
+            return config_error(args.command, e)
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
+    if args.command in ("prolog", "epilog"):
+        from .hooks import run_hook
+        return run_hook(cfg, args.command, dry_run=args.dry_run, as_json=args.json)
     if args.command == "check":
         return _check(cfg, args)
     if args.command == "healthcheck":
@@ -88,8 +100,16 @@ def _check(cfg, args) -> int:
 
 
 def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
+    import os
     from . import engine, report
-    record = engine.run(cfg, "healthcheck", act=True, dry_run=dry_run)
+    from .lock import Busy, HookLock
+    node = engine.node_name(cfg)
+    try:
+        with HookLock(os.path.join(engine.state_dir(cfg, node), "healthcheck.lock"), cfg.policy.lock_timeout):
+            record = engine.run(cfg, "healthcheck", act=True, dry_run=dry_run)
+    except Busy as e:
+        print(f"slurm-hooks healthcheck: {e}; not checking this time", file=sys.stderr)
+        return EXIT_OK
     engine.record_run(cfg, record)
     print(report.render_json(record) if as_json else report.render(record))
     return record.exit_code()
@@ -121,9 +141,31 @@ def healthcheck_main() -> int:
     try:
         cfg = config.load(config.config_path(None))
     except ConfigError as e:
-        print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
+        from .hooks import config_error
+        config_error("healthcheck", e)      # logged; nothing drained for our own mistake
         return EXIT_USAGE
     return _healthcheck(cfg, dry_run=False)
+
+
+def _hook_main(hook: str) -> int:
+    from . import config
+    from .config import ConfigError
+    from .hooks import config_error, run_hook
+    try:
+        cfg = config.load(config.config_path(None))
+    except ConfigError as e:
+        return config_error(hook, e)
+    return run_hook(cfg, hook)
+
+
+def prolog_main() -> int:
+    """Entry point for Prolog= (run by slurmd with no arguments)."""
+    return _hook_main("prolog")
+
+
+def epilog_main() -> int:
+    """Entry point for Epilog= (run by slurmd with no arguments)."""
+    return _hook_main("epilog")
 
 
 if __name__ == "__main__":

@@ -163,11 +163,54 @@ class GpuConfig:
     nvlink_error_warn: int = setting(100, kind="int", min=1,
                                      doc="Warn when a GPU's NVLink error counters grow by this much "
                                      "between two runs.")
-    xid_actions: dict = setting({}, kind="map", key_kind="int", choices=("drain", "record", "warn"),
+    xid_actions: dict = setting({}, kind="map", key_kind="int",
+                                value={"kind": "enum", "choices": ("drain", "record", "warn")},
                                 doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
                                 "Defaults: README, section Xid table.")
     idle: GpuIdleConfig = setting(kind="section", cls=GpuIdleConfig,
                                   doc="GPUs idle while the rest of their job is busy.")
+
+
+@dataclass
+class HookConfig:
+    enabled: bool = setting(True, kind="bool", doc="Run the checks in this hook.")
+    fs_timeout: float = setting(3.0, kind="seconds",
+                                doc="Deadline of the filesystem probes in this hook (short: a job "
+                                "start or end waits for it).")
+    lock_timeout: float = setting(2.0, kind="seconds",
+                                  doc="How long to wait for another instance of this hook to finish "
+                                  "before giving up (and letting the job go on).")
+    gpu_memory_leak_mib: int = setting(1024, kind="int", min=1,
+                                       doc="A GPU holding more memory than this with no process on it "
+                                       "is a leftover of an earlier job.")
+    reason_timeout: float = setting(60.0, kind="seconds",
+                                    doc="After a failure, a detached helper waits this long for Slurm "
+                                    "to drain the node (\"Prolog error\") and puts the precise reason "
+                                    "in its place.")
+
+
+@dataclass
+class PolicyConfig:
+    failures_to_drain: dict = setting({}, kind="map", key_kind="str", value={"kind": "int", "min": 1, "max": 1000},
+                                      doc="Consecutive failing runs a check needs before it drains, per "
+                                      "check: {filesystem: 2}. Default 1. Hard failures (a lost GPU, a "
+                                      "stuck task) drain at once whatever this says.")
+    resume_after: int = setting(3, kind="int", min=0, max=10000,
+                                doc="Resume a node slurm-hooks drained once every check has passed "
+                                "this many runs in a row. 0: never resume. Drains by anybody else, and "
+                                "drains for a cause that needs a reboot or a human, are never resumed.")
+    max_drained_nodes: int = setting(10, kind="int", min=0,
+                                     doc="Drain-storm breaker: when this many nodes are already "
+                                     "drained by slurm-hooks, further drains are only reported. 0: no "
+                                     "limit by count.")
+    max_drained_fraction: float = setting(0.1, kind="number", min=0, max=1,
+                                          doc="The same as a share of the cluster's nodes; the larger "
+                                          "of the two limits applies. 0: no limit by share.")
+    spool_max_age: float = setting(86400.0, kind="seconds",
+                                   doc="Actions Slurm could not take (slurmctld down) are kept and "
+                                   "retried by later runs for at most this long.")
+    lock_timeout: float = setting(5.0, kind="seconds",
+                                  doc="How long a health check waits for the previous one to finish.")
 
 
 @dataclass
@@ -211,6 +254,10 @@ class Config:
     stuck_tasks: StuckTasksConfig = setting(kind="section", cls=StuckTasksConfig,
                                             doc="Tasks stuck in uninterruptible sleep.")
     gpu: GpuConfig = setting(kind="section", cls=GpuConfig, doc="NVIDIA GPUs, through NVML.")
+    prolog: HookConfig = setting(kind="section", cls=HookConfig, doc="The prolog (slurm-hooks-prolog).")
+    epilog: HookConfig = setting(kind="section", cls=HookConfig, doc="The epilog (slurm-hooks-epilog).")
+    policy: PolicyConfig = setting(kind="section", cls=PolicyConfig,
+                                   doc="When to drain, when to resume, and the drain-storm breaker.")
     actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
                                      doc="What slurm-hooks may do about what it finds.")
     slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
@@ -428,7 +475,7 @@ class _Validator:
             out = {}
             for knode, vnode in node.value:
                 ok_k, k = self.scalar(knode, {"kind": meta["key_kind"]}, f"{key} key")
-                ok_v, v = self.value(vnode, {"kind": "enum", "choices": meta["choices"]}, f"{key}.{knode.value}")
+                ok_v, v = self.value(vnode, meta["value"], f"{key}.{knode.value}")
                 if ok_k and ok_v:
                     out[k] = v
             return True, out

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from . import __version__
 from .checks import Context, run_checks
@@ -30,6 +30,7 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
+    job: str | None = None         # the job a prolog or epilog ran for
 
     @property
     def findings(self) -> list[Finding]:
@@ -47,7 +48,7 @@ class RunRecord:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "hook": self.hook, "node": self.node, "status": self.status,
             "duration": round(self.duration, 6), "version": __version__,
-            "config": self.config, "dry_run": self.dry_run,
+            "config": self.config, "dry_run": self.dry_run, "job": self.job,
             "checks": [c.to_json() for c in self.checks],
             "actions": [a.to_json() for a in self.actions],
             "notes": self.notes, "warnings": self.warnings,
@@ -68,7 +69,7 @@ def state_dir(cfg, node: str) -> str:
 
 
 def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
-        dry_run: bool = False) -> RunRecord:
+        dry_run: bool = False, job=None, fs_timeout: float | None = None) -> RunRecord:
     from .runner import Runner, reap_finished
     from .state import StateStore
 
@@ -76,13 +77,14 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     t0 = time.monotonic()
     node = node_name(cfg)
     state = StateStore(state_dir(cfg, node))
-    ctx = Context(cfg, node, state, Runner(state), hook=hook)
-    record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run)
+    ctx = Context(cfg, node, state, Runner(state), hook=hook, job=job, fs_timeout=fs_timeout)
+    record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
+                       job=job.id if job else None)
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
     _correlate(record.checks)
     record.notes = ctx.notes
     if act:
-        record.actions = take_actions(cfg, node, record.findings, dry_run, state)
+        record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook)
     reap_finished()
     record.warnings = state.warnings
     record.duration = time.monotonic() - t0
@@ -98,19 +100,146 @@ def _correlate(runs: list[CheckRun]) -> None:
         c.findings = [f for f in c.findings if id(f) in kept]
 
 
-def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state) -> list[ActionResult]:
-    if not any(f.severity == FAIL for f in findings) and not os.path.exists(state.path("actions-done")):
-        return []
-    from .actions import LEDGER, execute
-    from .policy import decide
-    from .slurm import Slurm
+def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
+                 hook: str = "healthcheck") -> list[ActionResult]:
+    """Policy, breaker, spool and ledger around the Slurm backend (see actions.py)."""
+    from . import policy
+    counts = state.load("failures")
+    new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+    if new_counts != counts:
+        state.save("failures", new_counts)
+    drain = state.load("drain")
+    spooled = state.load("spool", list)
+    hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
+    failing = any(f.severity == FAIL for f in findings)
+    if not failing and not drain and not spooled and not hook_failure \
+            and not os.path.exists(state.path("actions-done")):
+        return []                                   # the healthy fast path: no Slurm call
+
+    from .actions import LEDGER, execute, FAILED
+    from .model import Action
     ledger = state.load(LEDGER)
-    actions = decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
-    results = execute(actions, None if dry_run else Slurm(cfg.slurm), cfg.reason_prefix, dry_run, ledger)
-    ledger = _refresh_ledger(ledger, findings)
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
+    if hook == "prolog":
+        return _prolog_actions(actions, state)
+    for a in actions:
+        if a.kind == "drain":
+            a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
+    if hook_failure and not any(a.kind == "drain" for a in actions):
+        actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
+                                 replaces=hook_failure.get("replaces", ""), replace_only=True))
+    resume, drain = policy.resume_decision(findings, drain, node, cfg.policy.resume_after)
+    if resume is not None:
+        actions.append(resume)
+    from .slurm import Slurm
+    slurm = None if dry_run else Slurm(cfg.slurm)
+    held = _breaker(cfg, node, actions, slurm, dry_run, state)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
+    queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age)
+    results = [ActionResult(a, "held", why) for a, why in held]
+    results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger)
+
     if not dry_run:
-        state.save(LEDGER, ledger)
+        state.save(LEDGER, _refresh_ledger(ledger, findings))
+        # Actions Slurm could not take wait in the spool; everything else is final.
+        spool = [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)}
+                 for r in results if r.outcome == FAILED and r.message.startswith("Slurm unreachable")]
+        if spool or spooled:
+            state.save("spool", spool)
+        drain = _drain_record(drain, results, findings, node)
+        if hook_failure and any(r.action.kind == "drain" and r.outcome in ("done", "skipped") for r in results):
+            os.unlink(state.path("hook-failure"))      # the precise reason is in place (or moot)
+        if drain or os.path.exists(state.path("drain")):
+            state.save("drain", drain)
     return results
+
+
+# Slurm's own reason when this hook fails, which our precise reason may replace.
+GENERIC_FOR = {"healthcheck": "Kill task failed", "epilog": "Epilog error|Kill task failed",
+               "prolog": "Prolog error", "check": ""}
+BREAKER_FRESH = 600.0
+
+
+def _prolog_actions(actions, state) -> list[ActionResult]:
+    """The prolog takes no action itself: Slurm drains the node and requeues the job
+    when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
+    The breaker is honoured from the health checks' latest cluster view: the prolog
+    must not wait on slurmctld to ask."""
+    drains = [a for a in actions if a.kind == "drain"]
+    breaker = state.load("breaker")
+    if drains and breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
+        return [ActionResult(a, "held", breaker.get("why", "drain-storm breaker open")) for a in drains]
+    return [ActionResult(a, "deferred", "set by a detached helper once Slurm has drained the node")
+            for a in drains]
+
+
+def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state) -> list:
+    """[(action, why)] for the actions the drain-storm breaker holds back."""
+    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue") and not a.replace_only]
+    if not risky or dry_run or slurm is None:
+        return []
+    from .breaker import cluster_view, verdict
+    from .slurm import SlurmError
+    try:
+        view = cluster_view(slurm, cfg.reason_prefix)
+    except SlurmError:
+        return []              # no view: the drain itself will fail and be spooled
+    why = None if node in view.ours else verdict(view, node, cfg.policy)
+    state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
+    return [(a, why) for a in risky] if why else []
+
+
+def _identity(a) -> tuple:
+    return (a.kind, a.node, a.job, a.reason if a.kind in ("drain", "reboot") else "", a.incident)
+
+
+def _merge_spool(spooled: list, actions: list, max_age: float) -> list:
+    """Spooled actions first (oldest first), then new ones; each action once."""
+    from .model import Action
+    now = time.time()
+    out, seen = [], set()
+    for entry in spooled:
+        try:
+            a = Action(**entry["action"])
+        except (TypeError, KeyError):
+            continue
+        if now - float(entry.get("at", now)) > max_age:
+            continue
+        if a.kind == "drain" and any(n.kind == "drain" for n in actions):
+            continue           # a newer drain says more about the node now
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    for a in actions:
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    return out
+
+
+def _spooled_at(spooled: list, action) -> float:
+    for entry in spooled:
+        if entry.get("action", {}).get("kind") == action.kind and \
+                entry["action"].get("reason") == action.reason and entry["action"].get("job") == action.job:
+            return float(entry.get("at", time.time()))
+    return time.time()
+
+
+def _drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
+    """Our local note of why we drained this node (for auto-resume)."""
+    for r in results:
+        a = r.action
+        if a.kind == "drain" and a.node == node and (r.outcome == "done" or r.message == "already drained with this reason"):
+            failing = [f for f in findings if f.severity == FAIL]
+            resumable = all(f.resumable for f in failing) and bool(failing)
+            keep = drain if drain.get("reason") == a.reason else {}
+            return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
+                    "passes": 0, "at": keep.get("at", time.time())}
+        if a.kind == "drain" and "someone else" in r.message:
+            return {}          # an admin's drain now: not ours to resume
+        if a.kind == "resume" and r.outcome in ("done", "skipped"):
+            return {}
+    return drain
 
 
 # How long the ledger remembers an incident no finding has named. A stuck task can drop

@@ -38,6 +38,8 @@ class Finding:
     incident: str | None = None  # stable identity across runs: act once per incident
     reason: str = ""           # stable node-reason text (summary may carry a changing duration)
     needs_reboot: bool = False # only a reboot clears it (an unkillable task)
+    hard: bool = False         # drains at the first sighting, whatever policy.failures_to_drain says
+    resumable: bool = True     # false: a drain for it needs a reboot or a human, never auto-resumed
 
     @property
     def reason_text(self) -> str:
@@ -69,6 +71,8 @@ class Action:
     text: str = ""             # comment text; for requeue, the diagnosis to record
     incident: str | None = None  # actions on the same incident are taken once
     fallback: str = ""         # requeue: what to do with a job that cannot be requeued
+    replaces: str = ""         # drain: a generic reason of Slurm's ("Prolog error") ours may replace
+    replace_only: bool = False # drain: only put our reason in place of such a generic one
 
     @property
     def keys(self) -> list[str]:

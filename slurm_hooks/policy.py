@@ -54,3 +54,39 @@ def _killing_was_tried(f: Finding, node: str, actions_cfg, ledger: dict) -> bool
     if f.job is None or not actions_cfg.requeue_job:
         return True
     return f"requeue:{f.job}:{f.incident or f.target}" in ledger
+
+
+def hysteresis(findings: list[Finding], counts: dict, failures_to_drain: dict) -> dict:
+    """Count consecutive failing runs per (check, target); a failing finding below its
+    check's `failures_to_drain` is reported as a warning, not acted on. Hard failures
+    (a lost GPU, a stuck task) are exempt. Returns the new counts."""
+    from .model import WARN
+    new = {}
+    for f in findings:
+        if f.severity != FAIL:
+            continue
+        key = f"{f.check}:{f.target}"
+        new[key] = int(counts.get(key, 0)) + 1
+        need = int(failures_to_drain.get(f.check, 1))
+        if not f.hard and new[key] < need:
+            f.severity = WARN
+            f.detail = (f"failure {new[key]} of {need} before draining; " + f.detail).strip("; ")
+    return new
+
+
+def resume_decision(findings: list[Finding], drain: dict, node: str, resume_after: int) -> tuple[Action | None, dict]:
+    """After a drain of ours, count passing runs; resume after `resume_after` of them.
+
+    `drain` is the local record of our drain ({} when we did not drain this node):
+    {"reason": ..., "resumable": bool, "passes": n}. A drain for a cause that needs a
+    reboot or a human is never resumed. Returns (resume action or None, new record).
+    """
+    if not drain:
+        return None, drain
+    if any(f.severity == FAIL for f in findings):
+        return None, dict(drain, passes=0)
+    passes = int(drain.get("passes", 0)) + 1
+    record = dict(drain, passes=passes)
+    if resume_after and drain.get("resumable") and passes >= resume_after:
+        return Action("resume", node=node, reason=str(drain.get("reason", ""))), record
+    return None, record

@@ -6,7 +6,7 @@ import json
 from .model import FAIL, OK, WARN
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
-VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would "}
+VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would ", "held": "held back: would "}
 
 
 def render(record) -> str:

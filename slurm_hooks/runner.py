@@ -456,3 +456,33 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
     return CommandResult(argv=list(argv), rc=rc, timed_out=rc is None, elapsed=elapsed,
                          stdout=bufs[out_r].decode("utf-8", "replace"),
                          stderr=bufs[err_r].decode("utf-8", "replace"))
+
+
+def spawn_detached(func, *args) -> int:
+    """Run func(*args) in a grandchild that outlives us: own session, /dev/null for
+    stdio, no inherited descriptors (slurmd's pipes included), reparented to init.
+    Returns at once; the intermediate child exits immediately and is reaped here."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            if os.fork() != 0:
+                os._exit(0)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.closerange(3, 1 << 20)
+            func(*args)
+        except BaseException:
+            pass
+        finally:
+            os._exit(0)
+    while True:
+        try:
+            os.waitpid(pid, 0)      # the intermediate child exits at once
+            break
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+    return pid

@@ -83,6 +83,7 @@ class Slurm:
         self.scontrol = find_scontrol(cfg.bin_dir)
         self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
         self.env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}
+        self.down: str | None = None       # set once slurmctld failed to answer
         conf = cfg.conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -91,12 +92,18 @@ class Slurm:
     def _run(self, *args: str) -> CommandResult:
         if self.scontrol is None:
             raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.down is not None:
+            # slurmctld did not answer a moment ago: each new try would cost the
+            # whole timeout again, and a health check has 60 s in all.
+            raise SlurmUnavailable(self.down)
         result = run_command([self.scontrol, *args], self.timeout, self.env)
         if result.timed_out:
-            raise SlurmUnavailable(result.message())
+            self.down = result.message()
+            raise SlurmUnavailable(self.down)
         if not result.ok:
             msg = result.message()
             if "Unable to contact slurm controller" in msg or "Zero Bytes were transmitted" in msg:
+                self.down = msg
                 raise SlurmUnavailable(msg)
             raise SlurmError(msg)
         return result

@@ -26,18 +26,22 @@ REGISTRY = {
     "filesystem": "slurm_hooks.checks.filesystem",
     "stuck_tasks": "slurm_hooks.checks.stuck_tasks",
     "gpu": "slurm_hooks.checks.gpu",
+    "leftovers": "slurm_hooks.checks.leftovers",
 }
 
 
 class Context:
     """What a check may read: configuration, node identity, mounts, local state."""
 
-    def __init__(self, config, node: str, state, runner, hook: str = "check"):
+    def __init__(self, config, node: str, state, runner, hook: str = "check", job=None,
+                 fs_timeout: float | None = None):
         self.config = config
         self.node = node
         self.state = state
         self.runner = runner
-        self.hook = hook
+        self.hook = hook             # check, healthcheck, prolog or epilog
+        self.job = job               # hooks.JobInfo in the prolog and epilog
+        self.fs_timeout = fs_timeout  # a hook's shorter filesystem deadline
         self.notes: list[str] = []   # things a reader of the report should know
         self._mounts = None
 

@@ -162,6 +162,10 @@ class FilesystemCheck:
     def tasks(self, ctx) -> list[Task]:
         mounts = ctx.mounts
         self._targets = targets(ctx.config, mounts)
+        if ctx.fs_timeout is not None:
+            for t in self._targets:
+                t.timeout = min(t.timeout, ctx.fs_timeout)
+                t.warn_after = min(t.warn_after, t.timeout)
         if not ctx.config.filesystems:
             ctx.notes.append(_default_note(self._targets))
         tasks = []

@@ -111,7 +111,8 @@ class GpuCheck:
                             f"gpu driver unresponsive: no answer to {asked} within {cfg.timeout:g}s",
                             detail=detail, evidence={"call": asked, "pid": o.pid, "since": o.since},
                             reason=f"gpu driver unresponsive ({asked.split(': ')[-1]})",
-                            incident=f"gpu-driver:{o.since:.0f}", needs_reboot=True)]
+                            incident=f"gpu-driver:{o.since:.0f}", needs_reboot=True, hard=True,
+                            resumable=False)]
         if o.status != DONE:
             return [Finding(NAME, "nvml", "error", WARN, f"gpu: NVML query failed: {o.error}")]
         v = o.value
@@ -126,6 +127,8 @@ class GpuCheck:
             elif g["index"] in known:
                 g["pci"] = known[g["index"]]     # a lost GPU no longer says where it sits
         by_pci = {xidmod.normalise_pci(g["pci"]): g for g in gpus if g.get("pci")}
+        if ctx.hook in ("prolog", "epilog"):
+            return self._hook_findings(ctx, cfg, gpus, v)
         jobs = self._jobs(ctx, gpus)
         last_jobs = self._remember_jobs(ctx, gpus, jobs)
         out += self._count(ctx, cfg, gpus, by_pci)
@@ -153,6 +156,36 @@ class GpuCheck:
                                evidence={"gpus": gpus, "driver": v.get("driver")}))
         return out
 
+    def _hook_findings(self, ctx, cfg, gpus: list[dict], v: dict) -> list[Finding]:
+        """Prolog and epilog: the job's GPUs only, and what earlier jobs left on them."""
+        job = ctx.job
+        wanted = job.gpus if job is not None and job.gpus is not None else None
+        mine = [g for g in gpus if wanted is None or str(g["index"]) in wanted or g.get("uuid") in wanted]
+        leak = (ctx.config.prolog if ctx.hook == "prolog" else ctx.config.epilog).gpu_memory_leak_mib
+        out = []
+        for g in mine:
+            out += self._health(cfg, g, None, {}, {})
+            if g["status"] != "ok":
+                continue
+            who = f"gpu {g['index']} ({g.get('pci') or '?'})"
+            procs = g.get("processes") or []
+            if ctx.hook == "prolog" and procs:
+                users = ", ".join(_owner(p["pid"]) for p in procs[:4])
+                out.append(Finding(NAME, who, "in_use", FAIL,
+                                   f"{who} still in use by {users} before job {job.id if job else '?'} starts",
+                                   evidence=dict(g), reason=f"{who} still in use by {users}",
+                                   incident=f"gpu-busy:{g.get('pci')}", hard=True, resumable=False))
+            elif not procs and (g.get("memory_used_mib") or 0) > leak:
+                out.append(Finding(NAME, who, "memory_held", FAIL,
+                                   f"{who} holds {g['memory_used_mib']} MiB with no process on it "
+                                   f"(left by an earlier job)", evidence=dict(g),
+                                   reason=f"{who} holds {g['memory_used_mib']} MiB with no process",
+                                   incident=f"gpu-leak:{g.get('pci')}", hard=True, resumable=False))
+        if not [f for f in out if f.severity != OK]:
+            out.append(Finding(NAME, "gpus", "ok", OK,
+                               f"gpu: the job's {len(mine)} GPU(s) healthy and free (driver {v.get('driver') or '?'})"))
+        return out
+
     # --- pieces ------------------------------------------------------------------------
     def _init_failure(self, cfg, v) -> Finding:
         err = v["init_error"]
@@ -162,7 +195,7 @@ class GpuCheck:
                            detail=v.get("message", ""))
         return Finding(NAME, "nvml", "error", FAIL, f"gpu: NVML init failed: {err}",
                        detail=v.get("message", ""), reason=f"gpu NVML init failed: {err}",
-                       incident=f"gpu-init:{err}")
+                       incident=f"gpu-init:{err}", hard=True, resumable=False)
 
     def _jobs(self, ctx, gpus: list[dict]) -> dict[int, tuple[JobRef, list[int]]]:
         """GPU index -> (the job using it on this node, its pids on the GPU)."""
@@ -200,7 +233,8 @@ class GpuCheck:
                         f"gpu count {len(gpus)} < expected {expected}{where}",
                         evidence={"visible": len(gpus), "expected": expected, "missing": missing},
                         reason=f"gpu count {len(gpus)} < {expected}" + (f" missing {', '.join(missing)}" if missing else ""),
-                        incident=f"gpu-count:{len(gpus)}<{expected}", needs_reboot=True)]
+                        incident=f"gpu-count:{len(gpus)}<{expected}", needs_reboot=True, hard=True,
+                        resumable=False)]
 
     def _gres_count(self, ctx) -> int | None:
         cached = ctx.state.load("gres")
@@ -238,7 +272,7 @@ class GpuCheck:
                                detail=rec.text, evidence=ev, job=job[0].job if job and cls == xidmod.DRAIN else None,
                                reason=f"{idx} ({ev['pci']}) Xid {ev['xid']}",
                                incident=f"xid:{ev['pci']}:{ev['xid']}:{rec.seq}",
-                               needs_reboot=cls == xidmod.DRAIN))
+                               needs_reboot=cls == xidmod.DRAIN, hard=True, resumable=cls != xidmod.DRAIN))
         return out
 
     @staticmethod
@@ -269,7 +303,7 @@ class GpuCheck:
         def fail(status, what, reboot=True):
             out.append(Finding(NAME, who, status, FAIL, f"{who} {what}", evidence=dict(g), job=jobid,
                                reason=f"{who} {what}", incident=f"gpu:{pci or idx}:{status}",
-                               needs_reboot=reboot))
+                               needs_reboot=reboot, hard=True, resumable=False))
 
         def warn(status, what):
             out.append(Finding(NAME, who, status, WARN, f"{who} {what}", evidence=dict(g)))
@@ -344,10 +378,18 @@ class GpuCheck:
                     evidence={"gpu": g, "pids": pids, "busy": [b["index"] for b in busy], "count": count,
                               "samples": idle_cfg.samples},
                     job=job, reason=f"{who} idle while job {job} busy (pid {pids[0]})",
-                    incident=f"gpu-idle:{key}:{job}"))
+                    incident=f"gpu-idle:{key}:{job}", hard=True))
         if seen_now or history:
             ctx.state.save("gpu-idle", seen_now)
         return out
+
+
+def _owner(pid: int) -> str:
+    from ..jobs import from_cgroup
+    from ..procfs import text
+    cg = text(f"/proc/{pid}/cgroup")
+    ref = from_cgroup(cg) if cg else None
+    return f"pid {pid} (job {ref.job})" if ref else f"pid {pid}"
 
 
 CHECK = GpuCheck

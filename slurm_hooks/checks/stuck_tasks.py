@@ -314,7 +314,7 @@ class StuckTasksCheck:
         elif network or any(s in symbols for s in FS_SYMBOLS):
             d.cause = "shared_filesystem"
 
-    def _finding(self, ctx, d: Stuck) -> Finding | None:
+    def _finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
         where = ""
@@ -330,11 +330,13 @@ class StuckTasksCheck:
         elif ref and ref.task is not None:
             who += f"task {ref.task} "
         threads = f" ({len(d.tids)} threads)" if len(d.tids) > 1 else ""
-        summary = f"{who}pid {s.pid}{threads} stuck {d.seconds:.0f}s in {call}{where}"
+        held = "still stuck after the job ended" if after_end else f"stuck {d.seconds:.0f}s"
+        summary = f"{who}pid {s.pid}{threads} {held} in {call}{where}"
         # The node reason must be stable across runs (no duration) and short.
         short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
         fs = f" ({d.fstype})" if d.fstype else ""
-        reason = f"{'job ' + ref.job + ' ' if ref else ''}pid {s.pid} stuck in {call}{short_where}{fs}"
+        reason = (f"{'job ' + ref.job + ' ' if ref else ''}{'left ' if after_end else ''}pid {s.pid} "
+                  f"stuck in {call}{short_where}{fs}")
         evidence = {
             "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
             "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,
@@ -356,7 +358,8 @@ class StuckTasksCheck:
         return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck", severity=severity,
                        summary=summary, detail=detail, evidence=evidence,
                        job=ref.job if ref else None,
-                       incident=f"{ctx.node}:{s.pid}:{s.start}", reason=reason, needs_reboot=True)
+                       incident=f"{ctx.node}:{s.pid}:{s.start}", reason=reason, needs_reboot=True,
+                       hard=True, resumable=False)
 
 
 def _listpids(ctx) -> dict[int, JobRef]:

@@ -1,0 +1,75 @@
+"""The drain-storm breaker: slurm-hooks must not empty the cluster.
+
+A wrong configuration, or a shared filesystem that is down for everybody, makes every
+node's health check fail at once. Draining them all would turn an outage into a
+complete stop. Before draining, the cluster is asked how many nodes slurm-hooks
+already drained; at the limit (`policy.max_drained_nodes`, or the share
+`policy.max_drained_fraction`, whichever is larger) new drains are only reported, loudly,
+and many nodes drained for the same cause are reported as one outage.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .slurm import node_is_drained, parse_oneliner, strip_reason_stamp
+
+
+@dataclass
+class ClusterView:
+    total: int
+    ours: dict = field(default_factory=dict)     # node -> our reason, for nodes we drained
+
+
+def cluster_view(slurm, prefix: str) -> ClusterView:
+    out = slurm._run("-o", "show", "node").stdout
+    view = ClusterView(total=0)
+    for line in out.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        info = parse_oneliner(line)
+        view.total += 1
+        reason = strip_reason_stamp(info.get("Reason", ""))
+        if node_is_drained(info) and reason.startswith(prefix):
+            view.ours[info["NodeName"]] = reason[len(prefix):].strip()
+    return view
+
+
+def cause_of(reason: str) -> str:
+    """What a reason is about, for grouping: 'fs /scratch', 'gpu', 'job', ..."""
+    words = reason.split()
+    if not words:
+        return "?"
+    if words[0] == "fs" and len(words) > 1:
+        return f"fs {words[1]}"
+    if words[0] == "job" and "on" in words:
+        # A stuck job is about where it is stuck: group by the mount in parentheses.
+        tail = reason.rsplit("(", 1)[-1].rstrip(")")
+        return f"stuck on {tail}" if tail != reason else "stuck job"
+    return words[0]
+
+
+def limit(view: ClusterView, policy) -> int | None:
+    limits = []
+    if policy.max_drained_nodes:
+        limits.append(policy.max_drained_nodes)
+    if policy.max_drained_fraction:
+        limits.append(math.ceil(policy.max_drained_fraction * view.total))
+    return max(limits) if limits else None
+
+
+def verdict(view: ClusterView, node: str, policy) -> str | None:
+    """None when draining `node` is fine, else why not."""
+    others = {n: r for n, r in view.ours.items() if n != node}
+    cap = limit(view, policy)
+    if cap is None or len(others) < cap:
+        return None
+    groups: dict[str, list[str]] = {}
+    for n, r in sorted(others.items()):
+        groups.setdefault(cause_of(r), []).append(n)
+    cause, nodes = max(groups.items(), key=lambda kv: len(kv[1]))
+    outage = (f"; {len(nodes)} of them for {cause} ({', '.join(nodes[:8])}{', ...' if len(nodes) > 8 else ''}): "
+              f"looks like one outage of {cause.replace('fs ', '').replace('stuck on ', '')}, not {len(nodes)} sick nodes"
+              if len(nodes) >= 2 else "")
+    return (f"drain-storm breaker open: {len(others)} nodes already drained by slurm-hooks "
+            f"(limit {cap} of {view.total}){outage}")

@@ -1,0 +1,82 @@
+"""Leftovers of the job that just ended (epilog): its processes still alive.
+
+By the time the epilog runs, Slurm has killed every task of the job. A process of the
+job still alive then is one SIGKILL could not end: a task stuck in uninterruptible
+sleep. Unless the node is drained now, the next job lands on a node where the old one
+is wedged (and Slurm will later drain it anyway with the unhelpful "Kill task
+failed"). Such a process is diagnosed exactly as the stuck-task check does (system
+call, file, mount, cause) and drains the node; a leftover not in D is only reported.
+
+Processes are found by their cgroup (this node's job_J), read from /proc/PID/cgroup,
+which is safe for any process.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .. import procfs
+from ..jobs import from_cgroup
+from ..model import WARN, Finding
+from .stuck_tasks import StuckTasksCheck
+
+NAME = "leftovers"
+SETTLE = 0.3     # a task being killed right now gets this long to disappear
+
+
+def job_pids(job: str, node: str, proc: str = procfs.PROC) -> list[int]:
+    out = []
+    for pid in procfs.list_pids(proc):
+        text = procfs.text(f"{proc}/{pid}/cgroup")
+        ref = from_cgroup(text) if text else None
+        if ref is not None and ref.job == job and ref.belongs_to(node):
+            out.append(int(pid))
+    return out
+
+
+class LeftoversCheck:
+    name = NAME
+
+    def __init__(self, proc: str = procfs.PROC):
+        self.proc = proc
+
+    def tasks(self, ctx) -> list:
+        return []
+
+    def findings(self, ctx, outcomes) -> list[Finding]:
+        if ctx.job is None:
+            return []
+        pids = job_pids(ctx.job.id, ctx.node, self.proc)
+        if not pids:
+            return []
+        time.sleep(SETTLE)
+        stuck_check = StuckTasksCheck(self.proc)
+        out = []
+        for pid in pids:
+            samples = [procfs.sample(pid, int(t), self.proc) for t in _tids(self.proc, pid)]
+            samples = [s for s in samples if s is not None]
+            if not samples:
+                continue                      # it ended meanwhile
+            stuck = [s for s in samples if s.state == "D"]
+            if stuck:
+                for d in stuck_check._diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
+                    f = stuck_check._finding(ctx, d, after_end=True)
+                    if f is not None:
+                        f.check, f.status = NAME, "stuck_after_job"
+                        out.append(f)
+            else:
+                s = samples[0]
+                out.append(Finding(NAME, f"pid {pid}", "left_running", WARN,
+                                   f"job {ctx.job.id} left pid {pid} ({s.comm}) running after it ended",
+                                   evidence={"pid": pid, "comm": s.comm, "state": s.state, "job": ctx.job.id}))
+        return out
+
+
+def _tids(proc: str, pid: int) -> list[str]:
+    try:
+        return os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return []
+
+
+CHECK = LeftoversCheck

@@ -1,0 +1,130 @@
+"""The prolog and the epilog, as Slurm runs them.
+
+Prolog (`slurm-hooks-prolog`): fast checks before the job starts: the filesystems (with
+the hook's short deadline) and the GPUs allocated to the job, free of leftovers. On a
+failure it exits non-zero: that is Slurm's own contract, and Slurm drains the node
+("Prolog error") and requeues the job. The precise reason is recorded locally at once
+and put on the node by a detached helper that waits for Slurm's drain and replaces the
+generic reason, so the job start never waits on slurmctld; the next health check does
+the same if the helper could not.
+
+Epilog (`slurm-hooks-epilog`): after the job: its processes still alive (stuck in D),
+GPU memory still held with no process, the filesystems. A sick node is drained at once,
+before the epilog returns, so the next job cannot land there; if slurmctld does not
+answer, the epilog exits non-zero so that Slurm drains the node itself ("Epilog
+error"), and the helper and the next health check put the precise reason in place.
+
+Configuration errors never fail a job: a prolog or epilog that cannot read its
+configuration runs no check, says so (stderr, which slurmd logs, and the journal) and
+exits 0. A broken file pushed to every node must not drain the whole cluster.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from . import engine
+from .model import FAIL
+
+CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
+GENERIC = {"prolog": "Prolog error", "epilog": "Epilog error|Kill task failed"}
+
+
+@dataclass
+class JobInfo:
+    id: str
+    uid: str | None = None
+    gpus: list[str] | None = None     # indices or UUIDs the job was given, None: unknown
+
+    @classmethod
+    def from_env(cls, env) -> "JobInfo | None":
+        job = env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+        if not job:
+            return None
+        gpus = None
+        for var in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
+            if env.get(var):
+                gpus = [g.strip() for g in env[var].split(",") if g.strip()]
+                break
+        return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus)
+
+
+def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
+    from . import report
+    from .lock import Busy, HookLock
+    hook_cfg = getattr(cfg, hook)
+    if not hook_cfg.enabled:
+        return 0
+    node = engine.node_name(cfg)
+    job = JobInfo.from_env(os.environ)
+    try:
+        with HookLock(os.path.join(engine.state_dir(cfg, node), f"{hook}.lock"), hook_cfg.lock_timeout):
+            record = engine.run(cfg, hook, names=CHECKS[hook], act=True, dry_run=dry_run, job=job,
+                                fs_timeout=hook_cfg.fs_timeout)
+    except Busy as e:
+        print(f"slurm-hooks {hook}: {e}; not checking this time", file=sys.stderr)
+        return 0
+    failed = record.status == engine.UNHEALTHY
+    drain = next((r for r in record.actions if r.action.kind == "drain"), None)
+    if failed and drain is not None and drain.outcome == "held":
+        failed = False      # the drain-storm breaker: report loudly, fail no job
+    if failed and drain is not None and not dry_run:
+        _after_failure(cfg, hook, node, job, record, drain)
+    engine.record_run(cfg, record)
+    print(report.render_json(record) if as_json else report.render(record))
+    if not failed or dry_run:
+        return 0
+    if hook == "epilog" and drain is not None and drain.outcome in ("done", "skipped") \
+            and "someone else" not in drain.message:
+        return 0           # drained with the precise reason already: no generic one on top
+    return 1
+
+
+def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
+    """Keep the precise reason locally, and have it replace Slurm's generic one."""
+    from .runner import spawn_detached
+    from .state import StateStore
+    state = StateStore(engine.state_dir(cfg, node))
+    reason = drain.action.reason
+    failing = [f for f in record.findings if f.severity == FAIL]
+    state.save("hook-failure", {"hook": hook, "reason": reason, "at": time.time(),
+                                "job": job.id if job else None, "replaces": GENERIC[hook]})
+    state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
+                         "passes": 0, "at": time.time()})
+    if hook == "prolog" or drain.outcome not in ("done", "skipped"):
+        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_timeout)
+
+
+def fix_reason(cfg, node: str, reason: str, replaces: str, timeout: float) -> None:
+    """In a detached helper: once Slurm has drained the node for our hook's failure,
+    put the precise reason in place of its generic one. If Slurm never drains it (the
+    job got requeued elsewhere first), drain it ourselves: the finding stands."""
+    from .actions import execute
+    from .model import Action
+    from .slurm import Slurm, SlurmError, node_is_drained
+    slurm = Slurm(cfg.slurm)
+    action = Action("drain", node=node, reason=reason, replaces=replaces)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            info = slurm.show_node(node)
+        except SlurmError:
+            info = None
+        if info is not None and node_is_drained(info):
+            break
+        time.sleep(0.5)
+    execute([action], slurm, cfg.reason_prefix, dry_run=False)
+
+
+def config_error(hook: str, error) -> int:
+    """A hook that cannot read its configuration checks nothing and fails nothing."""
+    from . import journal
+    from .config import Config
+    print(f"slurm-hooks {hook}: configuration error, no checks run, the job is not held up:\n{error}",
+          file=sys.stderr)
+    journal.append(Config().journal, {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hook": hook,
+                                      "node": os.environ.get("SLURMD_NODENAME"), "status": "config_error",
+                                      "error": str(error)})
+    return 0
