@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 from .model import FAIL, OK, WARN
+from .reason import clean_text
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
 VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would ", "held": "held back: would "}
@@ -30,8 +31,10 @@ def render(record) -> str:
             msg = f" ({r.message})" if r.message and r.outcome != "dry-run" else ""
             lines.append(f"  {verb}{r.action.describe()}{msg}")
     lines.append(f"result: {record.status.upper()} in {record.duration:.2f}s")
-    return "\n".join(lines)
+    return clean_text("\n".join(lines))
 
 
 def render_json(record) -> str:
-    return json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str)
+    # Paths and process names may hold bytes that are not UTF-8: the output must stay
+    # valid UTF-8 (and valid JSON) for whatever reads it.
+    return clean_text(json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str))

@@ -31,7 +31,8 @@ def proc_state(pid: int) -> str | None:
     return data[data.rfind(b")") + 2:].split()[0].decode()
 
 
-def write_node_configs(root: Path, cluster, per_node: dict, common: dict | None = None) -> Path:
+def write_node_configs(root: Path, cluster, per_node: dict, common: dict | None = None,
+                       hook: str = "healthcheck") -> Path:
     """One slurm-hooks config per node of the test cluster, and the wrapper slurmd runs.
 
     The three slurmd share this host, so each node gets its own config file, chosen by
@@ -48,10 +49,15 @@ def write_node_configs(root: Path, cluster, per_node: dict, common: dict | None 
         doc.update(common or {})
         doc.update(per_node.get(node, {}))
         (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump(doc))
-    wrapper = root / "healthcheck"
+    return hook_wrapper(root, hook)
+
+
+def hook_wrapper(root: Path, hook: str) -> Path:
+    """The program slurmd runs for `hook` (healthcheck, prolog, epilog) on each node."""
+    wrapper = root / hook
     wrapper.write_text("#!/bin/sh\n"
-                       f'SLURM_HOOKS_CONFIG="{conf_dir}/$SLURMD_NODENAME.yaml" '
-                       f'exec {BIN}/slurm-hooks-healthcheck\n')
+                       f'SLURM_HOOKS_CONFIG="{root}/conf/$SLURMD_NODENAME.yaml" '
+                       f'exec {BIN}/slurm-hooks-{hook}\n')
     wrapper.chmod(0o755)
     return wrapper
 

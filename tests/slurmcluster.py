@@ -672,6 +672,20 @@ class SlurmCluster:
         self.wait_for(listening, self.start_timeout, interval=0.05,
                       what=f"slurmctld to listen on port {self.ctld_port}")
 
+    def stop_controller(self, timeout: float = 30) -> None:
+        """Stop slurmctld only (the slurmd and their jobs go on), as in a controller
+        outage; start_controller() brings it back with its saved state."""
+        import signal as _signal
+        self._ctld.send(_signal.SIGTERM)
+        if not self._ctld.wait(timeout):
+            self._ctld.send(_signal.SIGKILL)
+            self._ctld.wait(5)
+
+    def start_controller(self, timeout: float = 30) -> None:
+        self._start_ctld()
+        self.wait_for(lambda: self.scontrol("ping", check=False, timeout=10).returncode == 0,
+                      timeout, what="slurmctld to answer ping")
+
     def _start_slurmd(self, node: str) -> None:
         self._slurmd[node] = _Daemon(
             node, [self._bins["slurmd"], "-D", "-N", node], self.env,

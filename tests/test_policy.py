@@ -15,7 +15,7 @@ def stuck(job, pid, start=100):
     return Finding(check="stuck_tasks", target=f"job {job} pid {pid}", status="stuck", severity=FAIL,
                    summary=f"job {job} rank 0 pid {pid} stuck 612s in write() on /gpfs/log (gpfs /gpfs)",
                    reason=f"job {job} pid {pid} stuck in write() on /gpfs/log (gpfs)", job=job,
-                   incident=f"n1:{pid}:{start}", needs_reboot=True)
+                   incident=f"n1:{pid}:{start}", needs_reboot=True, hard=True, resumable=False)
 
 
 def kinds(actions):
@@ -77,3 +77,62 @@ def test_execute_skips_what_the_ledger_holds():
     ledger = {"requeue:12:n1:346:100": {"done": 5.0, "seen": 5.0}}
     [r] = execute([a], None, "p:", dry_run=False, ledger=ledger)
     assert r.outcome == "skipped" and "already done for this incident" in r.message
+
+
+def test_hysteresis_needs_k_failures_except_hard_ones():
+    from slurm_hooks.policy import hysteresis
+    a = fs("/scratch")
+    counts = hysteresis([a], {}, {"filesystem": 2})
+    assert a.severity == WARN and a.detail.startswith("failure 1 of 2 before draining")
+    b = fs("/scratch")
+    counts = hysteresis([b], counts, {"filesystem": 2})
+    assert b.severity == FAIL and counts == {"filesystem:/scratch": 2}
+    # A pass in between starts the count again.
+    assert hysteresis([fs("/scratch", OK)], counts, {"filesystem": 2}) == {}
+    s = stuck("9", 10)
+    hysteresis([s], {}, {"stuck_tasks": 5})
+    assert s.severity == FAIL, "hard failures drain at once"
+
+
+def test_resume_after_m_passes_only_for_resumable_drains():
+    from slurm_hooks.policy import resume_decision
+    rec = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 0}
+    a, rec = resume_decision([], rec, "n1", 2)
+    assert a is None and rec["passes"] == 1
+    a, rec = resume_decision([fs("/x")], rec, "n1", 2)
+    assert a is None and rec["passes"] == 0, "a failure starts the count again"
+    resume_decision([], rec, "n1", 2)
+    a, rec = resume_decision([], dict(rec, passes=1), "n1", 2)
+    assert a == Action("resume", node="n1", reason="slurm-hooks: fs /x hung")
+    a, _ = resume_decision([], {"reason": "r", "resumable": False, "passes": 9}, "n1", 2)
+    assert a is None, "a drain that needs a reboot or a human is never resumed"
+    assert resume_decision([], {}, "n1", 2) == (None, {}), "not drained by us: nothing to resume"
+    a, _ = resume_decision([], dict(rec, passes=50), "n1", 0)
+    assert a is None, "resume_after 0 switches it off"
+
+
+def test_breaker_limits_and_names_a_global_outage():
+    from slurm_hooks.breaker import ClusterView, verdict
+    from slurm_hooks.config import PolicyConfig
+    view = ClusterView(total=100, ours={f"n{i}": "fs /scratch fsync hung >10s (lustre)" for i in range(1, 10)})
+    assert verdict(view, "n50", PolicyConfig(max_drained_nodes=10, max_drained_fraction=0.05)) is None
+    why = verdict(view, "n50", PolicyConfig(max_drained_nodes=9, max_drained_fraction=0.05))
+    assert why.startswith("drain-storm breaker open: 9 nodes already drained by slurm-hooks (limit 9 of 100)")
+    assert "looks like one outage of /scratch" in why
+    # The share wins when larger: 20 % of 100 = 20 nodes.
+    assert verdict(view, "n50", PolicyConfig(max_drained_nodes=5, max_drained_fraction=0.2)) is None
+    assert verdict(view, "n50", PolicyConfig(max_drained_nodes=0, max_drained_fraction=0)) is None
+
+
+def test_spool_merge_keeps_order_and_does_each_action_once():
+    import time
+    from dataclasses import asdict
+    from slurm_hooks.engine import _merge_spool
+    old_drain = Action("drain", node="n1", reason="slurm-hooks: fs /x hung")
+    comment = Action("comment", node="n1", job="7", text="t", incident="n1:5:6")
+    spooled = [{"action": asdict(old_drain), "at": time.time() - 10},
+               {"action": asdict(comment), "at": time.time() - 10},
+               {"action": asdict(Action("requeue", job="8", incident="i")), "at": time.time() - 10 ** 6}]
+    new_drain = Action("drain", node="n1", reason="slurm-hooks: job 7 pid 5 stuck")
+    merged = _merge_spool(spooled, [new_drain, Action(**asdict(comment))], max_age=86400)
+    assert merged == [comment, new_drain], "the newer drain wins, duplicates and expired ones go"

@@ -31,7 +31,7 @@ from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
-from ..reason import shorten_path
+from ..reason import clean_text, shorten_path
 from ..runner import DONE, PROBE_COMM, Task
 
 NAME = "stuck_tasks"
@@ -316,6 +316,7 @@ class StuckTasksCheck:
 
     def _finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
+        d.file, d.cmdline = clean_text(d.file), clean_text(d.cmdline)   # user-chosen bytes
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
         where = ""
         if d.file:

@@ -1,0 +1,188 @@
+"""Prolog, epilog and policy on the real cluster, with real hangs."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from helpers import SLURM_HOOKS, hook_wrapper, journal, write_node_configs
+
+pytestmark = pytest.mark.cluster
+
+STUCK_WRITER = """
+import os, sys, time
+open(os.path.join(sys.argv[2], "started"), "w").close()
+open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
+"""
+
+
+def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
+                       {"filesystems": [{"path": str(tmp_path)}], "prolog": {"fs_timeout": 1, "reason_timeout": 30}})
+    cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\n")
+    ok_job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    cluster.wait_for(lambda: cluster.show_node("n1")["Reason"].startswith("slurm-hooks:"), 30,
+                     what="the precise reason in place of 'Prolog error'")
+    reason = cluster.show_node("n1")["Reason"]
+    assert reason.startswith(f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"), reason
+    assert "DRAIN" in cluster.node_state("n1")
+    info = cluster.show_job(job)
+    assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1, "Slurm requeued the job"
+    cluster.wait_for(lambda: cluster.job_state(ok_job) == "COMPLETED", 30, what="the healthy node's job to run")
+    assert "DRAIN" not in cluster.node_state("n2")
+
+
+def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount, tmp_path):
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {}, {"filesystems": [{"path": str(tmp_path)}]})
+    (tmp_path / "writer.py").write_text(STUCK_WRITER)
+    cluster.reconfigure(f"Epilog={hook_wrapper(tmp_path, 'epilog')}\nUnkillableStepTimeout=5\n")
+    job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script=(
+        f"#!/bin/sh\nsrun {sys.executable} {tmp_path}/writer.py {stuck_mount.path} {tmp_path}\n"))
+    cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
+    time.sleep(0.5)
+    cluster.scontrol("update", f"jobid={job}", "timelimit=0:01", check=False)   # let the job end
+    subprocess.run(["scancel", str(job)], env=cluster.env, check=True)
+    cluster.wait_for(lambda: cluster.show_node("n2").get("Reason", "").startswith("slurm-hooks:"), 60,
+                     what="n2 drained by the epilog with the precise reason")
+    reason = cluster.show_node("n2")["Reason"]
+    assert reason.startswith(f"slurm-hooks: job {job} left pid "), reason
+    assert f"stuck in openat() on {stuck_mount.path}/main_log.txt (fuse.fusefs)" in reason
+    # No other job lands there.
+    nxt = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    time.sleep(3)
+    assert cluster.job_state(nxt) == "PENDING"
+    epilog_runs = [r for r in journal(tmp_path, "n2") if r["hook"] == "epilog"]
+    assert epilog_runs and epilog_runs[-1]["job"] == str(job)
+
+
+def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    stuck = subprocess.Popen([sys.executable, "-c", STUCK_WRITER, str(hung_mount.path), str(tmp_path)],
+                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wrapper = write_node_configs(tmp_path, cluster, {
+            "n1": {"filesystems": [{"path": str(hung_mount.path)}]},          # recovers later
+            "n3": {"stuck_tasks": {"grace": 1, "sample_window": 0.3, "non_job_tasks": "drain"}},  # needs a reboot
+        }, {"filesystems": [{"path": str(tmp_path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
+            "stuck_tasks": {"non_job_tasks": "ignore"}, "policy": {"resume_after": 2}, "actions": {"reboot": False}})
+        cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: bad DIMM")
+        cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n")
+        cluster.wait_for(lambda: cluster.show_node("n1").get("Reason", "").startswith("slurm-hooks: fs ")
+                         and cluster.show_node("n3").get("Reason", "").startswith("slurm-hooks: pid "),
+                         20, what="n1 and n3 drained by slurm-hooks")
+        hung_mount.close()              # the filesystem comes back (the stuck writer dies)
+        stuck.wait(timeout=10)
+        cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n1"), 30, what="n1 resumed")
+        resumed = [a for r in journal(tmp_path, "n1") for a in r["actions"] if a["kind"] == "resume"]
+        assert resumed and resumed[-1]["outcome"] == "done"
+        runs = len(journal(tmp_path, "n3"))
+        cluster.wait_for(lambda: len(journal(tmp_path, "n3")) >= runs + 3, 20, what="three more runs on n3")
+        assert cluster.show_node("n3")["Reason"].startswith("slurm-hooks: pid "), "needs a reboot: left drained"
+        assert cluster.show_node("n2")["Reason"].startswith("admin: bad DIMM"), "an admin's drain is left alone"
+        assert all(r["status"] == "healthy" for r in journal(tmp_path, "n3")[-2:])
+    finally:
+        stuck.kill()
+
+
+def healthcheck(cluster, tmp_path, node, **cfg):
+    conf = tmp_path / f"{node}-manual.yaml"
+    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
+           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+    doc.update(cfg)
+    conf.write_text(yaml.safe_dump(doc))
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
+                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    (tmp_path / "writer.py").write_text(STUCK_WRITER)
+    job = cluster.sbatch("-N1", "-w", "n1", "--requeue", "-o", "/dev/null", script=(
+        f"#!/bin/sh\nsrun {sys.executable} {tmp_path}/writer.py {hung_mount.path} {tmp_path}\n"))
+    cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
+    cfg = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
+           "actions": {"reboot": False}}
+    cluster.stop_controller()
+    try:
+        healthcheck(cluster, tmp_path, "n1", **cfg)
+        time.sleep(0.6)
+        for _ in range(2):
+            rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+            assert {a["kind"]: a["outcome"] for a in rec["actions"]} == \
+                {"drain": "failed", "comment": "failed", "requeue": "failed"}
+            assert all("Slurm unreachable" in a["message"] for a in rec["actions"])
+            spool = json.loads((tmp_path / "state" / "n1" / "spool.json").read_text())
+            assert sorted(e["action"]["kind"] for e in spool) == ["comment", "drain", "requeue"]
+    finally:
+        cluster.start_controller()
+    rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+    assert {a["kind"]: a["outcome"] for a in rec["actions"]} == {"drain": "done", "comment": "done", "requeue": "done"}
+    assert json.loads((tmp_path / "state" / "n1" / "spool.json").read_text()) == []
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="requeued once")
+    healthcheck(cluster, tmp_path, "n1", **cfg)
+    info = cluster.show_job(job)
+    assert info["Restarts"] == "1" and info["AdminComment"].count("slurm-hooks: node n1:") == 1
+    assert cluster.show_node("n1")["Reason"].startswith(f"slurm-hooks: job {job} pid ")
+
+
+def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    for n in ("n1", "n3"):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared write hung >10s (nfs4)")
+    cfg = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
+           "policy": {"max_drained_nodes": 2, "max_drained_fraction": 0}}
+    rec = healthcheck(cluster, tmp_path, "n2", **cfg)
+    [held] = rec["actions"]
+    assert held["kind"] == "drain" and held["outcome"] == "held"
+    assert held["message"] == ("drain-storm breaker open: 2 nodes already drained by slurm-hooks (limit 2 of 3); "
+                               "2 of them for fs /shared (n1, n3): looks like one outage of /shared, not 2 sick nodes")
+    assert rec["status"] == "unhealthy" and "DRAIN" not in cluster.node_state("n2")
+    # Below the limit, the drain goes ahead.
+    cfg["policy"]["max_drained_nodes"] = 3
+    rec = healthcheck(cluster, tmp_path, "n2", **cfg)
+    assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n2")
+
+
+HOSTILE = r"""
+import os, sys
+with open("/proc/self/comm", "wb") as f:
+    f.write(b"a\nb'\"$(x);\xff")
+open(os.path.join(sys.argv[2], "started"), "w").close()
+name = b"run\n'\";$(reboot)`id`\xff\xfe" + b"x" * 200
+deep = b"/".join([name] * 15)          # about 3.5 KiB of path
+open(os.path.join(os.fsencode(sys.argv[1]), deep, b"log"), "ab")
+"""
+
+
+def test_hostile_names_stay_one_clean_line(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    job = cluster.sbatch("-N1", "-w", "n3", "--requeue", "-o", "/dev/null", script=(
+        f"#!/bin/sh\nsrun {sys.executable} {tmp_path}/hostile.py {hung_mount.path} {tmp_path}\n"))
+    cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
+    cluster.scontrol("update", f"jobid={job}", "admincomment=ops: keep\n'x';$(rm -rf /) ok")
+    cfg = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 0.3, "sample_window": 0.2},
+           "actions": {"reboot": False}}
+    healthcheck(cluster, tmp_path, "n3", **cfg)
+    time.sleep(0.4)
+    rec = healthcheck(cluster, tmp_path, "n3", **cfg)
+    [f] = [f for c in rec["checks"] for f in c["findings"] if f["status"] == "stuck"]
+    assert f["evidence"]["file"].startswith(f"{hung_mount.path}/run")
+    reason = cluster.show_node("n3")["Reason"]
+    plain = reason.split(" [root@")[0]
+    assert plain.startswith(f"slurm-hooks: job {job} pid ") and len(plain.encode()) <= 255
+    assert not any(c in plain for c in "\n\r\t'\"`") and "\x1b" not in plain
+    comment = cluster.show_job(job)["AdminComment"]
+    assert comment.startswith("ops: keep")       # the admin's words are kept
+    assert comment.count("slurm-hooks: node n3:") == 1
+    for line in (tmp_path / "journal-n3.jsonl").read_bytes().splitlines():
+        json.loads(line.decode("utf-8"))          # valid UTF-8 and valid JSON, every line
