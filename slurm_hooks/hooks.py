@@ -74,7 +74,7 @@ def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> in
         _after_failure(cfg, hook, node, job, record, drain)
     engine.record_run(cfg, record)
     print(report.render_json(record) if as_json else report.render(record))
-    if not failed or dry_run:
+    if not failed:
         return 0
     if hook == "epilog" and drain is not None and drain.outcome in ("done", "skipped") \
             and "someone else" not in drain.message:

@@ -192,3 +192,40 @@ def test_readme_xid_table_is_the_code_table():
         row = next(line for line in text.splitlines() if line.startswith(f"| `{cls}` |"))
         listed = {int(n) for n in row.split("|")[2].split("(")[0].replace(",", " ").split()}
         assert listed == {n for n, (c, _) in xid.TABLE.items() if c == cls}, cls
+
+
+def hook_run(nvml, hook, scenario, gpus="1,2"):
+    path = nvml.config.parent / "scenario.json"
+    path.write_text(json.dumps(scenario))
+    env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(path), "SLURM_JOB_ID": "900",
+           "SLURM_JOB_GPUS": gpus, "SLURMD_NODENAME": "gpunode"}
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(nvml.config), hook, "--dry-run", "--json"],
+                       capture_output=True, text=True, timeout=60, env=env)
+    rec = json.loads(r.stdout)
+    rec["rc"] = r.returncode
+    rec["bad"] = [f for c in rec["checks"] for f in c["findings"] if f["severity"] != "ok"]
+    return rec
+
+
+def test_prolog_refuses_gpus_still_used_or_holding_memory(nvml):
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][1]["processes"] = [[os.getpid(), 1 << 30]]          # a process from before
+    sc["gpus"][2]["memory_used"] = 12 << 30                         # memory with no process
+    sc["gpus"][5]["errors"] = {"*": "GPU_IS_LOST"}                  # not this job's GPU
+    rec = hook_run(nvml, "prolog", sc)
+    assert rec["rc"] == 1 and rec["job"] == "900"
+    assert sorted(f["summary"] for f in rec["bad"]) == [
+        f"gpu 1 (0000:3c:00.0) still in use by pid {os.getpid()} before job 900 starts",
+        "gpu 2 (0000:3d:00.0) holds 12288 MiB with no process on it (left by an earlier job)"]
+    assert [a["kind"] for a in rec["actions"]] == ["drain"] and rec["actions"][0]["outcome"] == "dry-run"
+    healthy = hook_run(nvml, "prolog", nvml.scenario)
+    assert healthy["rc"] == 0 and healthy["bad"] == []
+
+
+def test_epilog_finds_gpu_memory_left_behind(nvml):
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][2]["memory_used"] = 3 << 30
+    sc["gpus"][1]["processes"] = [[os.getpid(), 1 << 30]]     # someone else's process: fine after a job
+    rec = hook_run(nvml, "epilog", sc)
+    assert [f["summary"] for f in rec["bad"]] == \
+        ["gpu 2 (0000:3d:00.0) holds 3072 MiB with no process on it (left by an earlier job)"]

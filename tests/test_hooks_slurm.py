@@ -186,3 +186,25 @@ def test_hostile_names_stay_one_clean_line(clean_cluster, hung_mount, tmp_path):
     assert comment.count("slurm-hooks: node n3:") == 1
     for line in (tmp_path / "journal-n3.jsonl").read_bytes().splitlines():
         json.loads(line.decode("utf-8"))          # valid UTF-8 and valid JSON, every line
+
+
+def test_health_check_replaces_a_generic_prolog_error(clean_cluster, tmp_path):
+    """When the prolog's detached helper could not set the precise reason, the next
+    health check does; it never re-drains a node an admin resumed since."""
+    cluster = clean_cluster
+    precise = "slurm-hooks: fs /scratch create hung >3s (lustre)"
+    for node in ("n1", "n2"):
+        state = tmp_path / "state" / node
+        state.mkdir(parents=True)
+        (state / "hook-failure.json").write_text(json.dumps(
+            {"hook": "prolog", "reason": precise, "at": time.time(), "job": "1", "replaces": "Prolog error"}))
+    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=Prolog error")
+    cfg = {"filesystems": [{"path": str(tmp_path)}]}
+    rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+    assert [(a["kind"], a["outcome"]) for a in rec["actions"]] == [("drain", "done")]
+    assert cluster.show_node("n1")["Reason"].startswith(precise)
+    rec = healthcheck(cluster, tmp_path, "n2", **cfg)           # n2 was resumed meanwhile
+    assert [(a["outcome"], a["message"]) for a in rec["actions"]] == \
+        [("skipped", "not drained (resumed since): nothing to replace")]
+    assert "DRAIN" not in cluster.node_state("n2")
+    assert not (tmp_path / "state" / "n1" / "hook-failure.json").exists()
