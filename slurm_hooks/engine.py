@@ -121,7 +121,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     ledger = state.load(LEDGER)
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
     if hook == "prolog":
-        return _prolog_actions(actions, state)
+        return _prolog_actions(actions, state, dry_run)
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
@@ -160,7 +160,7 @@ GENERIC_FOR = {"healthcheck": "Kill task failed", "epilog": "Epilog error|Kill t
 BREAKER_FRESH = 600.0
 
 
-def _prolog_actions(actions, state) -> list[ActionResult]:
+def _prolog_actions(actions, state, dry_run: bool) -> list[ActionResult]:
     """The prolog takes no action itself: Slurm drains the node and requeues the job
     when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
     The breaker is honoured from the health checks' latest cluster view: the prolog
@@ -169,6 +169,8 @@ def _prolog_actions(actions, state) -> list[ActionResult]:
     breaker = state.load("breaker")
     if drains and breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
         return [ActionResult(a, "held", breaker.get("why", "drain-storm breaker open")) for a in drains]
+    if dry_run:
+        return [ActionResult(a, "dry-run", "dry run: not done") for a in drains]
     return [ActionResult(a, "deferred", "set by a detached helper once Slurm has drained the node")
             for a in drains]
 
