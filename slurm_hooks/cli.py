@@ -49,6 +49,14 @@ def _parser():
         hp.add_argument("--dry-run", action="store_true", help="print the actions instead of taking them")
         hp.add_argument("--json", action="store_true", help="print the full record as JSON")
 
+    st = sub.add_parser("status", parents=[common],
+                        help="nodes slurm-hooks drained across the cluster, grouped by cause (needs Slurm)")
+    st.add_argument("--json", action="store_true", help="print JSON")
+    ex = sub.add_parser("explain", parents=[common],
+                        help="on a node: why it is drained and the last runs, from the local journal")
+    ex.add_argument("--node", help="node name (default: this node's)")
+    ex.add_argument("--runs", type=int, default=10, help="how many recent runs to list (default 10)")
+
     cf = sub.add_parser("config", parents=[common], help="configuration tools")
     csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -81,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_hook(cfg, args.command, dry_run=args.dry_run, as_json=args.json)
     if args.command == "check":
         return _check(cfg, args)
+    if args.command == "status":
+        return _status(cfg, args.json)
+    if args.command == "explain":
+        return _explain(cfg, args.node, args.runs)
     if args.command == "healthcheck":
         return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
     raise AssertionError(args.command)
@@ -113,6 +125,29 @@ def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
     engine.record_run(cfg, record)
     print(report.render_json(record) if as_json else report.render(record))
     return record.exit_code()
+
+
+def _status(cfg, as_json: bool) -> int:
+    import json
+    from .slurm import Slurm, SlurmError
+    from .status import collect, render
+    try:
+        st = collect(Slurm(cfg.slurm), cfg.reason_prefix)
+    except SlurmError as e:
+        print(f"slurm-hooks status: cannot ask Slurm: {e}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    print(json.dumps(st.to_json(), indent=2) if as_json else render(st))
+    return EXIT_OK
+
+
+def _explain(cfg, node: str | None, runs: int) -> int:
+    from . import engine, journal
+    from .explain import explain
+    from .state import StateStore
+    node = node or engine.node_name(cfg)
+    drain = StateStore(engine.state_dir(cfg, node)).load("drain")
+    print(explain(journal.read(cfg.journal), node, drain, runs))
+    return EXIT_OK
 
 
 def _config_command(args) -> int:

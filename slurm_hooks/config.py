@@ -246,6 +246,23 @@ class Config:
     journal: str = setting("/var/log/slurm-hooks/journal.jsonl", kind="path",
                            doc="Local JSON-lines journal: one line per run, with every finding "
                            "and action.")
+    journal_max_bytes: int = setting(10 << 20, kind="int", min=4096,
+                                     doc="Size at which the journal is rotated (JOURNAL.1, .2, ...).")
+    journal_keep: int = setting(5, kind="int", min=1, max=100,
+                                doc="Rotated journal files kept.")
+    syslog: bool = setting(True, kind="bool",
+                           doc="Also send one concise line per run and per action to syslog "
+                           "(journald reads it from the same socket).")
+    syslog_socket: str = setting("/dev/log", kind="path", doc="The syslog socket.")
+    syslog_facility: str = setting("daemon", kind="enum",
+                                   choices=("daemon", "user", "local0", "local1", "local2", "local3",
+                                            "local4", "local5", "local6", "local7"),
+                                   doc="Syslog facility.")
+    prometheus_textfile_dir: str | None = setting(
+        "/var/lib/prometheus/node-exporter", kind="path", nullable=True,
+        doc="Directory of node_exporter's textfile collector; the health check writes "
+        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists. "
+        "null: off.")
     filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
                                 doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
                                 "with discover_network_mounts, every network mount (read).")

@@ -265,7 +265,37 @@ def _refresh_ledger(ledger: dict, findings: list[Finding]) -> dict:
 
 
 def record_run(cfg, record: RunRecord) -> None:
+    """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
     from .journal import append
-    err = append(cfg.journal, record.to_json())
+    run = dict(record.to_json(), event="run")
+    actions = [dict(r.to_json(), event="action", time=run["time"], node=record.node, hook=record.hook,
+                    run_job=record.job) for r in record.actions]
+    err = append(cfg.journal, run, *actions, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
     if err:
         record.warnings.append(err)
+    if cfg.syslog:
+        from .syslog import lines_for, send
+        send(lines_for(record), cfg.syslog_socket, cfg.syslog_facility)
+    _metrics(cfg, record)
+
+
+def _metrics(cfg, record: RunRecord) -> None:
+    from .state import StateStore
+    state = StateStore(state_dir(cfg, record.node))
+    saved = state.load("metrics")
+    counters = saved.get("actions", {})
+    last_success = dict(saved.get("last_success", {}))
+    if record.actions:
+        from .metrics import update_counters
+        counters = update_counters(counters, record.actions)
+    if record.status != UNHEALTHY:
+        last_success[record.hook] = record.started
+    new = {"actions": counters, "last_success": last_success}
+    if new != saved:
+        state.save("metrics", new, durable=False)
+    if record.hook == "healthcheck" and cfg.prometheus_textfile_dir:
+        from .metrics import render, write
+        err = write(cfg.prometheus_textfile_dir, record.node,
+                    render(record, counters, last_success.get(record.hook)))
+        if err:
+            record.warnings.append(err)

@@ -48,7 +48,9 @@ class StateStore:
             self.warnings.append(f"state file {path} unreadable ({e}); {where}; starting afresh")
             return expect()
 
-    def save(self, name: str, value) -> None:
+    def save(self, name: str, value, durable: bool = True) -> None:
+        """Atomically replace the file; durable=False skips the fsync, for state that
+        may be lost in a crash without harm (metrics)."""
         self._ensure_dir()
         path = self.path(name)
         tmp = f"{path}.tmp.{os.getpid()}"
@@ -58,7 +60,8 @@ class StateStore:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)

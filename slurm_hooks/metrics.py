@@ -1,0 +1,135 @@
+"""Prometheus metrics through node_exporter's textfile collector.
+
+The health check writes `slurm_hooks_NODE.prom` into the collector's directory: written
+to a temporary name and renamed, so node_exporter never reads half a file. Names follow
+Prometheus conventions (snake_case, base units, `_total` for counters, `_seconds`,
+`_timestamp_seconds`), labels are escaped (paths are user controlled).
+
+Series:
+  slurm_hooks_healthy{node,hook}                           1 healthy or warning, 0 unhealthy
+  slurm_hooks_check_status{node,check}                     0 ok, 1 warning, 2 failing
+  slurm_hooks_check_duration_seconds{node,check}
+  slurm_hooks_filesystem_probe_ok{node,path,fstype}        1 ok or slow, 0 otherwise
+  slurm_hooks_filesystem_probe_latency_seconds{node,path,fstype}   time to verdict
+  slurm_hooks_filesystem_probe_info{node,path,status}      1 for the current verdict
+  slurm_hooks_stuck_tasks{node,job}                        stuck processes (job="" outside jobs)
+  slurm_hooks_gpu_health{node,gpu,pci}                     0 ok, 1 warning, 2 failing
+  slurm_hooks_run_duration_seconds{node,hook}
+  slurm_hooks_last_run_timestamp_seconds{node,hook}
+  slurm_hooks_last_success_timestamp_seconds{node,hook}    last run that was not unhealthy
+  slurm_hooks_actions_total{node,kind,outcome}             counter, kept across runs
+"""
+from __future__ import annotations
+
+import os
+
+from .model import SEVERITY_ORDER
+
+HELP = {
+    "slurm_hooks_healthy": ("gauge", "1 when the last run found the node healthy (warnings allowed), else 0."),
+    "slurm_hooks_check_status": ("gauge", "Worst verdict of a check in the last run: 0 ok, 1 warning, 2 failing."),
+    "slurm_hooks_check_duration_seconds": ("gauge", "Time the check took in the last run."),
+    "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
+    "slurm_hooks_filesystem_probe_latency_seconds": ("gauge", "Time to the probe's verdict (the deadline when hung)."),
+    "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, missing)."),
+    "slurm_hooks_stuck_tasks": ("gauge", "Processes with a task stuck in uninterruptible sleep, per job."),
+    "slurm_hooks_gpu_health": ("gauge", "Worst verdict for a GPU: 0 ok, 1 warning, 2 failing."),
+    "slurm_hooks_run_duration_seconds": ("gauge", "Wall time of the last run."),
+    "slurm_hooks_last_run_timestamp_seconds": ("gauge", "When the last run started (Unix time)."),
+    "slurm_hooks_last_success_timestamp_seconds": ("gauge", "When the last run that was not unhealthy started."),
+    "slurm_hooks_actions_total": ("counter", "Actions slurm-hooks took or tried, by kind and outcome."),
+}
+
+
+def escape(value) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict) -> str:
+    return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
+
+
+def render(record, counters: dict, last_success: float | None) -> str:
+    node, hook = record.node, record.hook
+    samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
+
+    def add(name, value, **labels):
+        samples[name].append(({"node": node, **labels}, value))
+
+    add("slurm_hooks_healthy", 0 if record.status == "unhealthy" else 1, hook=hook)
+    for c in record.checks:
+        worst = max((SEVERITY_ORDER[f.severity] for f in c.findings), default=0)
+        add("slurm_hooks_check_status", worst, check=c.name)
+        add("slurm_hooks_check_duration_seconds", round(c.seconds, 6), check=c.name)
+    stuck: dict[str, int] = {}
+    gpus: dict[tuple, int] = {}
+    for f in record.findings:
+        if f.check == "filesystem":
+            ev = f.evidence
+            ok = 1 if f.status in ("ok", "slow") else 0
+            fstype = ev.get("fstype") or ""
+            add("slurm_hooks_filesystem_probe_ok", ok, path=f.target, fstype=fstype)
+            latency = ev.get("latency", ev.get("elapsed"))
+            if latency is not None:
+                add("slurm_hooks_filesystem_probe_latency_seconds", float(latency), path=f.target, fstype=fstype)
+            add("slurm_hooks_filesystem_probe_info", 1, path=f.target, status=f.status)
+        elif f.status in ("stuck", "stuck_after_job"):
+            key = f.job or ""
+            stuck[key] = stuck.get(key, 0) + 1
+        elif f.check == "gpu" and f.target.startswith("gpu ") and "(" in f.target:
+            idx = f.target.split()[1]
+            pci = f.target.split("(", 1)[1].rstrip(")")
+            gpus[(idx, pci)] = max(gpus.get((idx, pci), 0), SEVERITY_ORDER[f.severity])
+        if f.check == "gpu" and f.status == "ok" and "gpus" in f.evidence:
+            for g in f.evidence["gpus"]:
+                gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
+    for job, n in sorted(stuck.items()):
+        add("slurm_hooks_stuck_tasks", n, job=job)
+    for (idx, pci), v in sorted(gpus.items()):
+        add("slurm_hooks_gpu_health", v, gpu=idx, pci=pci)
+    add("slurm_hooks_run_duration_seconds", round(record.duration, 6), hook=hook)
+    add("slurm_hooks_last_run_timestamp_seconds", round(record.started, 3), hook=hook)
+    if last_success is not None:
+        add("slurm_hooks_last_success_timestamp_seconds", round(last_success, 3), hook=hook)
+    for key, n in sorted(counters.items()):
+        kind, _, outcome = key.partition(":")
+        add("slurm_hooks_actions_total", n, kind=kind, outcome=outcome)
+
+    out = []
+    for name, (kind, text) in HELP.items():
+        if not samples[name]:
+            continue
+        out.append(f"# HELP {name} {text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples[name]:
+            out.append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
+                       f"{name}{_labels(labels)} {value}")
+    return "\n".join(out) + "\n"
+
+
+def write(directory: str, node: str, text: str) -> str | None:
+    """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None."""
+    if not os.path.isdir(directory):
+        return None                      # no node_exporter textfile collector here
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
+    path = os.path.join(directory, f"slurm_hooks_{safe}.prom")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return f"metrics {path}: {e.strerror or e}"
+    return None
+
+
+def update_counters(counters: dict, results) -> dict:
+    out = dict(counters)
+    for r in results:
+        key = f"{r.action.kind}:{r.outcome}"
+        out[key] = int(out.get(key, 0)) + 1
+    return out

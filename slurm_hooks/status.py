@@ -1,0 +1,116 @@
+"""`slurm-hooks status`: the cluster as slurm-hooks sees it, from any node with Slurm
+client access. Nodes drained by slurm-hooks, grouped by cause, with their age and the
+jobs it requeued from them; many nodes drained for the same filesystem are shown as one
+outage, since that is what they are.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict, dataclass, field
+
+from .breaker import cause_of
+from .slurm import node_is_drained, parse_oneliner, strip_reason_stamp
+
+_STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
+_JOB_NODE = re.compile(r"node (\S+?):")
+
+
+@dataclass
+class DrainedNode:
+    node: str
+    reason: str
+    since: str | None
+    age_seconds: float | None
+    jobs: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Group:
+    cause: str
+    outage: bool
+    nodes: list[DrainedNode]
+
+
+@dataclass
+class Status:
+    total_nodes: int
+    drained_by_us: int
+    drained_by_others: list[dict]
+    groups: list[Group]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def collect(slurm, prefix: str, now: float | None = None) -> Status:
+    now = time.time() if now is None else now
+    nodes_out = slurm._run("-o", "show", "node").stdout
+    jobs_out = slurm._run("-o", "show", "job").stdout
+    jobs_by_node: dict[str, list[dict]] = {}
+    for line in jobs_out.splitlines():
+        if not line.startswith("JobId="):
+            continue
+        info = parse_oneliner(line)
+        comment = info.get("AdminComment", "")
+        if prefix not in comment:
+            continue
+        for node in set(_JOB_NODE.findall(comment)):
+            jobs_by_node.setdefault(node, []).append({
+                "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
+                "requeued": int(info.get("Restarts", "0") or 0) > 0})
+    ours, others, total = [], [], 0
+    for line in nodes_out.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        total += 1
+        info = parse_oneliner(line)
+        if not node_is_drained(info):
+            continue
+        raw = info.get("Reason", "")
+        reason = strip_reason_stamp(raw)
+        if not reason.startswith(prefix):
+            others.append({"node": info["NodeName"], "reason": reason})
+            continue
+        m = _STAMP.search(raw)
+        since, age = None, None
+        if m:
+            since = m.group(1)
+            try:
+                age = max(0.0, now - time.mktime(time.strptime(since, "%Y-%m-%dT%H:%M:%S")))
+            except ValueError:
+                pass
+        ours.append(DrainedNode(node=info["NodeName"], reason=reason[len(prefix):].strip(), since=since,
+                                age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], [])))
+    groups: dict[str, list[DrainedNode]] = {}
+    for d in ours:
+        groups.setdefault(cause_of(d.reason), []).append(d)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return Status(total_nodes=total, drained_by_us=len(ours), drained_by_others=others,
+                  groups=[Group(cause=c, outage=len(ns) >= 2 and not c.startswith(("job", "gpu")), nodes=ns)
+                          for c, ns in ordered])
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def render(st: Status) -> str:
+    lines = [f"slurm-hooks status: {st.drained_by_us} of {st.total_nodes} nodes drained by slurm-hooks"]
+    for g in st.groups:
+        head = f"{g.cause}: OUTAGE on {len(g.nodes)} nodes" if g.outage else f"{g.cause}: {len(g.nodes)} node(s)"
+        lines.append(f"  {head}")
+        for d in g.nodes:
+            lines.append(f"    {d.node:<12} {age(d.age_seconds):>5} ago  {d.reason}")
+            for j in d.jobs:
+                what = "requeued" if j["requeued"] else "diagnosed"
+                lines.append(f"    {'':<12} {'':>5}      job {j['job']} {what} ({j['state']}, restarts {j['restarts']})")
+    if st.drained_by_others:
+        lines.append(f"  drained by others (left alone): "
+                     + ", ".join(f"{o['node']} ({o['reason'] or 'no reason'})" for o in st.drained_by_others))
+    return "\n".join(lines)

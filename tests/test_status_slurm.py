@@ -1,0 +1,39 @@
+"""`slurm-hooks status` against the real cluster, several nodes drained for different causes."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from helpers import SLURM_HOOKS
+
+pytestmark = pytest.mark.cluster
+
+
+def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    for n in ("n1", "n2"):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared fsync hung >10s (nfs4)")
+    cluster.scontrol("update", "nodename=n3", "state=drain", "reason=admin: firmware update")
+    job = cluster.sbatch("-N1", "--hold", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    cluster.scontrol("update", f"jobid={job}",
+                     "admincomment=slurm-hooks: node n2: job 1 rank 0 pid 5 stuck 600s in write() on /shared/log")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"slurm": {"conf": str(cluster.conf_path)}}))
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "slurm-hooks status: 2 of 3 nodes drained by slurm-hooks"
+    assert lines[1] == "  fs /shared: OUTAGE on 2 nodes"
+    assert lines[2].startswith("    n1 ") and lines[2].endswith("ago  fs /shared fsync hung >10s (nfs4)")
+    assert any(f"job {job} diagnosed (PENDING, restarts 0)" in ln for ln in lines)
+    assert lines[-1] == "  drained by others (left alone): n3 (admin: firmware update)"
+    j = json.loads(subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status", "--json"], capture_output=True,
+                                  text=True, timeout=60).stdout)
+    assert j["drained_by_us"] == 2 and j["total_nodes"] == 3
+    [g] = j["groups"]
+    assert g["cause"] == "fs /shared" and g["outage"] and [n["node"] for n in g["nodes"]] == ["n1", "n2"]
+    assert g["nodes"][1]["jobs"] == [{"job": str(job), "state": "PENDING", "restarts": "0", "requeued": False}]
+    assert all(n["age_seconds"] is not None and n["age_seconds"] < 120 for n in g["nodes"])
