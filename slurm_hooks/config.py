@@ -251,8 +251,8 @@ class Config:
     journal_keep: int = setting(5, kind="int", min=1, max=100,
                                 doc="Rotated journal files kept.")
     syslog: bool = setting(True, kind="bool",
-                           doc="Also send one concise line per run and per action to syslog "
-                           "(journald reads it from the same socket).")
+                           doc="Also send one concise line per run that found a problem or took "
+                           "an action, and per action, to syslog (journald reads the same socket).")
     syslog_socket: str = setting("/dev/log", kind="path", doc="The syslog socket.")
     syslog_facility: str = setting("daemon", kind="enum",
                                    choices=("daemon", "user", "local0", "local1", "local2", "local3",

@@ -273,7 +273,9 @@ def record_run(cfg, record: RunRecord) -> None:
     err = append(cfg.journal, run, *actions, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
     if err:
         record.warnings.append(err)
-    if cfg.syslog:
+    if cfg.syslog and (record.status != HEALTHY or record.actions):
+        # Healthy runs without actions stay in the journal: every node every interval
+        # at debug level would only crowd syslog.
         from .syslog import lines_for, send
         send(lines_for(record), cfg.syslog_socket, cfg.syslog_facility)
     _metrics(cfg, record)

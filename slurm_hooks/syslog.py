@@ -36,7 +36,7 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
 def lines_for(record) -> list[tuple[int, str]]:
     """The syslog lines of a run: its verdict, then each action."""
     bad = [f for f in record.findings if f.severity != "ok"]
-    severity = {"healthy": DEBUG, "warning": WARNING, "unhealthy": WARNING}[record.status]
+    severity = {"healthy": INFO, "warning": WARNING, "unhealthy": WARNING}[record.status]
     what = "; ".join(f.summary for f in bad[:5]) or "all checks passed"
     job = f" job {record.job}" if record.job else ""
     out = [(severity, f"{record.hook} {record.node}{job} {record.status}: {what}")]
