@@ -350,6 +350,7 @@ def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None
     tmp = f"{target}.{os.getpid()}.tmp"
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        _prune(cache_dir)
         with open(tmp, "w") as f:
             json.dump({"key": key, "config": asdict(cfg)}, f)
         os.replace(tmp, target)
@@ -358,6 +359,20 @@ def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None
             os.unlink(tmp)
         except OSError:
             pass
+
+
+def _prune(cache_dir: str, max_age: float = 7 * 86400) -> None:
+    """Drop entries of configuration files not read for a week (only on a cache miss)."""
+    import time
+    now = time.time()
+    for name in os.listdir(cache_dir):
+        if name.startswith("config") and name.endswith(".json"):
+            full = os.path.join(cache_dir, name)
+            try:
+                if now - os.stat(full).st_atime > max_age and now - os.stat(full).st_mtime > max_age:
+                    os.unlink(full)
+            except OSError:
+                pass
 
 
 def _from_dict(cls, data: dict):
