@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
-pkgs=(slurmctld slurmd slurm-client munge fuse3 python3 python3-venv procps util-linux)
+pkgs=(slurmctld slurmd slurm-client munge fuse3 python3 python3-venv procps util-linux debhelper dpkg-dev rpm logrotate)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
