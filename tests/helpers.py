@@ -63,11 +63,13 @@ def hook_wrapper(root: Path, hook: str) -> Path:
 
 
 def journal(root: Path, node: str) -> list[dict]:
+    """The run records of a node's journal (not the per-action lines)."""
     import json
     path = root / f"journal-{node}.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("event") == "run"]
 
 
 # --- GPU tests: NVML scenarios for tests/fake_nvml and the kernel log ------------------

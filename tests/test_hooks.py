@@ -113,6 +113,7 @@ def test_failing_prolog_returns_at_once_and_frees_its_pipes(tmp_path, hung_mount
     failure = json.loads((state / "hook-failure.json").read_text())
     assert failure["reason"] == f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"
     assert failure["job"] == "77" and failure["replaces"] == "Prolog error"
-    record = json.loads((tmp_path / "journal.jsonl").read_text().splitlines()[-1])
+    record = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()
+              if json.loads(x)["event"] == "run"][-1]
     assert record["hook"] == "prolog" and record["job"] == "77" and record["status"] == "unhealthy"
     assert [a["outcome"] for a in record["actions"]] == ["deferred"]
