@@ -69,9 +69,22 @@ def strip_reason_stamp(reason: str) -> str:
 
 
 def find_scontrol(bin_dir: str | None) -> str | None:
+    """scontrol's path. Slurm often lives on a shared filesystem (/opt/slurm over NFS):
+    a directory on a network mount is not even looked at here (access() there can hang
+    this process); the hang-safe exec in run_command finds out whether it works."""
+    from .mounts import MountTable
     dirs = (bin_dir,) if bin_dir else SEARCH_DIRS
+    mounts = None
     for d in dirs:
         path = os.path.join(d, "scontrol")
+        if mounts is None:
+            try:
+                mounts = MountTable.current()
+            except OSError:
+                mounts = MountTable([])
+        m = mounts.holding(path)
+        if m is not None and m.is_network:
+            return path
         if os.access(path, os.X_OK):
             return path
     return None

@@ -105,3 +105,21 @@ def test_backend_resumes_only_its_own_drains(clean_cluster):
     assert slurm.show_node("nosuchnode") is None
     info = slurm.show_node("n2")
     assert info["Reason"].startswith("admin says no")
+
+
+def test_scontrol_on_a_hung_shared_filesystem_costs_a_deadline_not_a_hang(hung_mount, tmp_path):
+    """Slurm installed on NFS that stopped answering: the health check neither stats nor
+    execs scontrol in its own process, and still ends, saying what it would do."""
+    from helpers import SLURM_HOOKS as hooks
+    cfg = tmp_path / "c.yaml"
+    import yaml
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cfg.write_text(yaml.safe_dump({
+        "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"), "node_name": "n9",
+        "filesystems": [{"path": str(hung_mount.path), "timeout": 1}],
+        "slurm": {"bin_dir": str(hung_mount.path), "timeout": 2}}))
+    t0 = time.monotonic()
+    r = subprocess.run([str(hooks), "-c", str(cfg), "healthcheck"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and time.monotonic() - t0 < 1 + 2 + 2
+    assert "would drain node n9" in r.stdout and "scontrol gave no answer within 2s" in r.stdout
