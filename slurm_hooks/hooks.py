@@ -29,7 +29,7 @@ from . import engine
 from .model import FAIL
 
 CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
-GENERIC = {"prolog": "Prolog error", "epilog": "Epilog error|Kill task failed"}
+GENERIC = engine.GENERIC_FOR
 
 
 @dataclass

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian machine (as root) and run the
 # whole suite:  bash tests/run.sh [pytest args]
-# Debian packages: Slurm (slurmctld, slurmd, client), munge, FUSE, Python venv.
+# Debian packages: Slurm (slurmctld, slurmd, client), munge, FUSE, Python venv, and
+# what the packaging tests build and install with (debhelper, dpkg-dev, rpm, logrotate).
 # Python packages: the project with its test extra, in ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
