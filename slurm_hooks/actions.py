@@ -62,11 +62,18 @@ def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
     return handler(action, slurm, prefix)
 
 
-def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _node(action: Action, slurm: Slurm):
+    """(info, reason without its stamp), or (None, failure) for an unknown node."""
     info = slurm.show_node(action.node)
     if info is None:
-        return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
-    current = strip_reason_stamp(info.get("Reason", ""))
+        return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
+    return info, strip_reason_stamp(info.get("Reason", ""))
+
+
+def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
     if action.replace_only and not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace")
     if node_is_drained(info):
@@ -84,10 +91,9 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
 
 
 def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    info = slurm.show_node(action.node)
+    info, current = _node(action, slurm)
     if info is None:
-        return ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
-    current = strip_reason_stamp(info.get("Reason", ""))
+        return current
     if not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained")
     if not current.startswith(prefix):

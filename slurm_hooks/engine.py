@@ -282,6 +282,10 @@ def record_run(cfg, record: RunRecord) -> None:
 
 
 def _metrics(cfg, record: RunRecord) -> None:
+    # Counters and the last success only feed the textfile: with no node_exporter
+    # directory there is nothing to keep, and a healthy run writes no state for it.
+    if not cfg.prometheus_textfile_dir or not os.path.isdir(cfg.prometheus_textfile_dir):
+        return
     from .state import StateStore
     state = StateStore(state_dir(cfg, record.node))
     saved = state.load("metrics")
@@ -295,7 +299,7 @@ def _metrics(cfg, record: RunRecord) -> None:
     new = {"actions": counters, "last_success": last_success}
     if new != saved:
         state.save("metrics", new, durable=False)
-    if record.hook == "healthcheck" and cfg.prometheus_textfile_dir:
+    if record.hook == "healthcheck":
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir, record.node,
                     render(record, counters, last_success.get(record.hook)))

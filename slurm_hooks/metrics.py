@@ -109,8 +109,6 @@ def render(record, counters: dict, last_success: float | None) -> str:
 
 def write(directory: str, node: str, text: str) -> str | None:
     """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None."""
-    if not os.path.isdir(directory):
-        return None                      # no node_exporter textfile collector here
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
     path = os.path.join(directory, f"slurm_hooks_{safe}.prom")
     tmp = f"{path}.{os.getpid()}.tmp"

@@ -122,29 +122,25 @@ class Slurm:
         return result
 
     # --- operations ----------------------------------------------------------------------
-    def show_node(self, node: str) -> dict[str, str] | None:
+    def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
+        """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
         try:
-            out = self._run("-o", "show", "node", node).stdout
+            out = self._run("-o", "show", kind, name).stdout
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if f"node {node} not found" in str(e).lower() or "invalid node name" in str(e).lower():
+            if unknown in str(e).lower():
                 return None
             raise
-        line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
+        head = "NodeName=" if kind == "node" else "JobId="
+        line = next((ln for ln in out.splitlines() if ln.startswith(head)), None)
         return parse_oneliner(line) if line else None
 
+    def show_node(self, node: str) -> dict[str, str] | None:
+        return self._show("node", node, f"node {node.lower()} not found")
+
     def show_job(self, job: str) -> dict[str, str] | None:
-        try:
-            out = self._run("-o", "show", "job", job).stdout
-        except SlurmUnavailable:
-            raise
-        except SlurmError as e:
-            if "invalid job id" in str(e).lower():
-                return None
-            raise
-        line = next((ln for ln in out.splitlines() if ln.startswith("JobId=")), None)
-        return parse_oneliner(line) if line else None
+        return self._show("job", job, "invalid job id")
 
     def set_admin_comment(self, job: str, text: str) -> None:
         self._run("update", f"jobid={job}", f"admincomment={text}")
