@@ -6,9 +6,13 @@
   local state (the ledger, keyed by Action.keys), so the next health check, which still
   sees the same stuck task, does not requeue again or repeat the comment.
 - A job comment keeps whatever an admin already wrote in AdminComment.
+- Slurm's word on who owns a job: before a job is commented, requeued or cancelled,
+  Slurm must say the job has this node among its nodes and belongs to the uid of the
+  diagnosed task. Where a process sits in the cgroup tree is no proof on its own.
 """
 from __future__ import annotations
 
+import re
 import time
 
 from .model import Action, ActionResult
@@ -103,10 +107,37 @@ def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     return ActionResult(action, DONE)
 
 
-def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def job_uid(info: dict) -> int | None:
+    """The uid in `UserId=alice(1001)`."""
+    m = re.search(r"\((\d+)\)\s*$", info.get("UserId", ""))
+    return int(m.group(1)) if m else None
+
+
+def _refused(action: Action, info: dict) -> ActionResult | None:
+    """A refusal when Slurm does not confirm the job is this node's and the task's user's."""
+    from .hostlist import contains
+    nodes = info.get("NodeList", "")
+    if not contains(nodes, action.node):
+        return ActionResult(action, SKIPPED, f"not acted on: Slurm says job {action.job} runs on "
+                            f"{nodes or 'no node'}, not on {action.node}")
+    owner = job_uid(info)
+    if action.uid is not None and owner != action.uid:
+        return ActionResult(action, SKIPPED, f"not acted on: job {action.job} belongs to uid "
+                            f"{owner}, the diagnosed task to uid {action.uid}")
+    return None
+
+
+def _show_job(action: Action, slurm: Slurm) -> tuple[dict | None, ActionResult | None]:
     info = slurm.show_job(action.job)
     if info is None:
-        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+        return None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    return info, _refused(action, info)
+
+
+def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
     if action.text in _admin_comment(info):
         return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis")
     _append_comment(slurm, action.job, info, action.text)
@@ -124,9 +155,9 @@ def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
 
 
 def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    info = slurm.show_job(action.job)
-    if info is None:
-        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
     state = info.get("JobState", "")
     if state in TERMINAL:
         return ActionResult(action, SKIPPED, f"job already ended ({state})")
@@ -168,6 +199,17 @@ def _fallback(action: Action, slurm: Slurm, prefix: str, info: dict, why: str) -
     return ActionResult(action, SKIPPED, msg)
 
 
+def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
+    state = info.get("JobState", "")
+    if state in TERMINAL:
+        return ActionResult(action, SKIPPED, f"job already ended ({state})")
+    slurm.cancel(action.job)
+    return ActionResult(action, DONE)
+
+
 def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     try:
         slurm.reboot(action.node, action.reason)
@@ -181,4 +223,4 @@ def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
 
 
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
-             "reboot": _reboot}
+             "cancel": _cancel, "reboot": _reboot}

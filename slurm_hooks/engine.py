@@ -82,7 +82,8 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
                        job=job.id if job else None)
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
     _correlate(record.checks)
-    record.notes = ctx.notes
+    from .reason import printable
+    record.notes = [printable(n) for n in ctx.notes]
     if act:
         record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook)
     reap_finished()
@@ -111,7 +112,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     drain = state.load("drain")
     spooled = state.load("spool", list)
     hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
-    failing = any(f.severity == FAIL for f in findings)
+    failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure \
             and not os.path.exists(state.path("actions-done")):
         return []                                   # the healthy fast path: no Slurm call
@@ -177,7 +178,9 @@ def _prolog_actions(actions, state, dry_run: bool) -> list[ActionResult]:
 
 def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state) -> list:
     """[(action, why)] for the actions the drain-storm breaker holds back."""
-    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue") and not a.replace_only]
+    # A job's own problem (job_only) costs the node nothing and is never held back.
+    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
+             and not a.replace_only and not a.job_only]
     if not risky or dry_run or slurm is None:
         return []
     from .breaker import cluster_view, verdict

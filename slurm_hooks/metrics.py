@@ -22,6 +22,7 @@ Series:
 from __future__ import annotations
 
 import os
+import stat
 
 from .model import SEVERITY_ORDER
 
@@ -108,20 +109,43 @@ def render(record, counters: dict, last_success: float | None) -> str:
 
 
 def write(directory: str, node: str, text: str) -> str | None:
-    """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None."""
+    """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None.
+
+    Root writes here, so the directory must be root's and not writable by others (a
+    user who could write there could point our file at /etc/shadow with a symlink). The
+    temporary file has a random name, is created exclusively and never follows a link,
+    and everything is relative to the directory we checked.
+    """
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
-    path = os.path.join(directory, f"slurm_hooks_{safe}.prom")
-    tmp = f"{path}.{os.getpid()}.tmp"
+    name = f"slurm_hooks_{safe}.prom"
+    path = os.path.join(directory, name)
     try:
-        with open(tmp, "w", encoding="utf-8", errors="replace") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        return f"metrics {directory}: {e.strerror or e}"
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+    created = False
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & stat.S_IWOTH:
+            return (f"metrics {directory}: not written: the directory must belong to root and "
+                    f"not be writable by others (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=dfd)
+        created = True
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        created = False
+    except OSError as e:
         return f"metrics {path}: {e.strerror or e}"
+    finally:
+        if created:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+        os.close(dfd)
     return None
 
 
