@@ -270,8 +270,8 @@ class Config:
     prometheus_textfile_dir: str | None = setting(
         "/var/lib/prometheus/node-exporter", kind="path", nullable=True,
         doc="Directory of node_exporter's textfile collector; the health check writes "
-        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists. "
-        "null: off.")
+        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists, "
+        "belongs to root and is not writable by others. null: off.")
     filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
                                 doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
                                 "with discover_network_mounts, every network mount (read).")

@@ -152,3 +152,12 @@ def test_corrupt_cache_is_ignored(tmp_path):
     for f in cache.iterdir():
         f.write_text("{not json")
     assert config.load(str(p), cache_dir=str(cache)).reason_prefix == "site:"
+
+
+def test_yaml_tags_that_build_objects_are_refused(tmp_path):
+    from slurm_hooks import config
+    path = tmp_path / "evil.yaml"
+    path.write_text("node_name: !!python/object/apply:os.system ['touch /tmp/owned']\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load(str(path), cache_dir=None)
+    assert str(path) in str(e.value)

@@ -42,7 +42,7 @@ from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
-from ..reason import clean_text, shorten_path
+from ..reason import printable, shorten_path
 from ..runner import DONE, Task
 
 NAME = "stuck_tasks"
@@ -112,61 +112,73 @@ def _within(ranges: list[tuple[int, int]], start: int, end: int) -> bool:
     return end > start and any(lo <= start and end <= hi for lo, hi in ranges)
 
 
-def _read_range(f, start: int, end: int, limit: int) -> bytes:
-    f.seek(start)
-    return f.read(min(end - start, limit))
+def _read_bounded(path: str, limit: int) -> bytes:
+    """At most limit bytes (/proc files answer a page or so per read)."""
+    chunks, got = [], 0
+    with open(path, "rb", buffering=0) as f:
+        while got < limit:
+            chunk = f.read(min(limit - got, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    return b"".join(chunks)
 
 
 def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
     """Runs in a hang-safe child: reads what lives in the target's memory.
 
-    Only anonymous memory is read, each read bounded: the environment and command line
-    are read through /proc/PID/mem within the ranges the kernel's stat gives for them,
-    and only when those lie in anonymous mappings (PR_SET_MM_MAP can point them
-    anywhere, a file on a stalled FUSE mount included).
+    Only anonymous memory is read, each read bounded: the environment and the command
+    line only when the ranges the kernel's stat gives for them lie in anonymous
+    mappings (PR_SET_MM_MAP lets a process point them anywhere, at a file on a FUSE
+    mount it can stall included), a path argument only inside an anonymous mapping.
     """
     out: dict = {}
     progress("maps")
-    with open(f"{proc}/{pid}/maps", "rb") as f:
-        anon = _anonymous(f.read(MAPS_MAX))
-    with open(f"{proc}/{pid}/stat", "rb") as f:
-        stat = f.read(4096)
+    anon = _anonymous(_read_bounded(f"{proc}/{pid}/maps", MAPS_MAX))
+    stat = _read_bounded(f"{proc}/{pid}/stat", 4096)
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
         arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
     except ValueError:
         arg_start = arg_end = env_start = env_end = 0
     skipped = []
-    with open(f"{proc}/{pid}/mem", "rb", buffering=0) as mem:
-        progress("environ")
-        if _within(anon, env_start, env_end):
-            data = _read_range(mem, env_start, env_end, ENVIRON_MAX)
-            env = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
-            for key in (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"LOCAL_RANK",
-                        b"SLURM_LOCALID", b"SLURM_JOB_ID"):
-                if key in env:
-                    out[key.decode()] = env[key].decode("utf-8", "replace")
-        else:
-            skipped.append("environment")
-        progress("cmdline")
-        if _within(anon, arg_start, arg_end):
-            data = _read_range(mem, arg_start, arg_end, CMDLINE_MAX)
-            out["cmdline"] = data.replace(b"\0", b" ").decode("utf-8", "replace").strip()
-        else:
-            skipped.append("command line")
-        paths = []
-        if addrs:
-            progress("mem")
-        for addr in addrs:
-            hi = next((h for lo, h in anon if lo <= addr < h), None)
-            if hi is None:
-                paths.append(None)
-                skipped.append("path argument")
-                continue
-            try:
-                paths.append(os.fsdecode(_read_range(mem, addr, hi, PATH_MAX).split(b"\0", 1)[0]))
-            except (OSError, ValueError, OverflowError):
-                paths.append(None)
+    progress("environ")
+    if env_start == env_end:
+        pass                        # no environment (or the kernel would not say where)
+    elif _within(anon, env_start, env_end):
+        data = _read_bounded(f"{proc}/{pid}/environ", ENVIRON_MAX)
+        env = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
+        for key in (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"LOCAL_RANK",
+                    b"SLURM_LOCALID", b"SLURM_JOB_ID"):
+            if key in env:
+                out[key.decode()] = env[key].decode("utf-8", "replace")
+    else:
+        skipped.append("environment")
+    progress("cmdline")
+    # The kernel reads on into the environment when the command line does not end in
+    # NUL (setproctitle): both ranges must be safe.
+    if _within(anon, arg_start, arg_end) and (env_start == env_end or _within(anon, env_start, env_end)):
+        data = _read_bounded(f"{proc}/{pid}/cmdline", CMDLINE_MAX)
+        out["cmdline"] = data.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    else:
+        skipped.append("command line")
+    paths = []
+    if addrs:
+        progress("mem")
+        with open(f"{proc}/{pid}/mem", "rb", buffering=0) as mem:
+            for addr in addrs:
+                hi = next((h for lo, h in anon if lo <= addr < h), None)
+                if hi is None:
+                    paths.append(None)
+                    skipped.append("path argument")
+                    continue
+                try:
+                    mem.seek(addr)
+                    data = mem.read(min(hi - addr, PATH_MAX))
+                    paths.append(os.fsdecode(data.split(b"\0", 1)[0]))
+                except (OSError, ValueError, OverflowError):
+                    paths.append(None)
     out["paths"] = paths
     if skipped:
         out["skipped"] = ", ".join(skipped) + " not in anonymous memory: not read"
@@ -252,7 +264,7 @@ class StuckTasksCheck:
             if f is not None:
                 out.append(f)
         for b, held in watching:
-            ref = self._ref(b.pid)
+            ref = self._ref(b.pid, b.uid)
             if ref is not None and not ref.belongs_to(ctx.node):
                 continue
             who = f"job {ref.job} " if ref else ""
@@ -305,9 +317,17 @@ class StuckTasksCheck:
             lines[s.tid] = (rec.text, wall_now - (mono_now - blocked_at))
         return lines
 
-    def _ref(self, pid: int) -> JobRef | None:
+    def _cgroup_ref(self, pid: int) -> JobRef | None:
         text = procfs.text(f"{self.proc}/{pid}/cgroup")
         return from_cgroup(text) if text else None
+
+    def _ref(self, pid: int, uid: int) -> JobRef | None:
+        """The job from the cgroup, when the cgroup's uid_U is the task's own uid: a
+        task of one user in a cgroup named for another is nobody's job we act on."""
+        ref = self._cgroup_ref(pid)
+        if ref is not None and ref.uid is not None and ref.uid != uid:
+            return None
+        return ref
 
     def _diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
         results: list[Stuck] = []
@@ -317,8 +337,9 @@ class StuckTasksCheck:
         for pid, items in sorted(stuck.items()):
             items.sort(key=lambda x: -x[1])
             first, held = items[0]
-            ref = self._ref(pid)
-            if ref is None and ctx.config.stuck_tasks.listpids_fallback:
+            named = self._cgroup_ref(pid)
+            ref = self._ref(pid, first.uid)
+            if named is None and ctx.config.stuck_tasks.listpids_fallback:
                 if listpids is None:
                     listpids = _listpids(ctx)
                 ref = listpids.get(pid)
@@ -428,7 +449,8 @@ class StuckTasksCheck:
 
     def _finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
-        d.file, d.cmdline = clean_text(d.file), clean_text(d.cmdline)   # user-chosen bytes
+        # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
+        d.file, d.cmdline = printable(d.file), printable(d.cmdline)
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
         where = ""
         if d.file:
