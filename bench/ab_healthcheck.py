@@ -4,12 +4,13 @@
 
 Each round runs `slurm-hooks healthcheck --dry-run` once with each install (the order
 swapped every round, so drift and caches hit both alike), on the same healthy machine:
-the shipped default configuration (discovery of /tmp, /dev/shm and network mounts) with
-state and journal in a temporary directory. Prints the median and the difference, which
+every check at its defaults, two probed paths (a directory on local disk and one on
+/dev/shm), state and journal in a temporary directory. Prints the median and the difference, which
 is what a change of code costs every node on every interval.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,10 @@ def main() -> None:
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 40
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "ab.yaml"
-        cfg.write_text(f"state_dir: {d}/state\njournal: {d}/journal.jsonl\nprometheus_textfile_dir: null\n")
+        shm = Path("/dev/shm") / f"ab-{os.getpid()}"
+        shm.mkdir(exist_ok=True)
+        cfg.write_text(f"state_dir: {d}/state\njournal: {d}/journal.jsonl\nprometheus_textfile_dir: null\n"
+                       f"filesystems:\n  - path: {d}\n  - path: {shm}\n")
         times: dict[str, list[float]] = {a: [], b: []}
         for i in range(runs + 2):
             order = (a, b) if i % 2 else (b, a)
@@ -40,6 +44,7 @@ def main() -> None:
                 t = once(binary, cfg)
                 if i >= 2:
                     times[binary].append(t)
+        shm.rmdir()
     ma, mb = statistics.median(times[a]), statistics.median(times[b])
     print(f"A {a}: median {ma:.1f} ms (min {min(times[a]):.1f})")
     print(f"B {b}: median {mb:.1f} ms (min {min(times[b]):.1f})")

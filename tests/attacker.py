@@ -28,6 +28,24 @@ PY = "/usr/bin/python3"
 USER = "shk-mallory"
 
 
+def pids_of(uid: int) -> list[int]:
+    """Processes of uid, from /proc/PID/status alone: pgrep and pkill read command lines,
+    which blocks behind a process whose memory map is locked by a stuck page fault (the
+    very state some attacks here create)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if int(line.split()[1]) == uid:
+                            out.append(int(pid))
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _mounts_under(base: Path) -> list[str]:
     out = []
     with open("/proc/self/mountinfo") as f:
@@ -124,7 +142,9 @@ class Attacker:
 
     def cleanup(self):
         """Kill every process of the user, unmount what they mounted."""
-        subprocess.run(["pkill", "-KILL", "-U", str(self.uid)], capture_output=True, timeout=10)
+        for pid in pids_of(self.uid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for p in self.procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5)
@@ -132,8 +152,7 @@ class Attacker:
             m.close()
         for point in _mounts_under(self.base):
             subprocess.run(["umount", "-l", "-c", point], capture_output=True, timeout=10)
-        poll(lambda: not subprocess.run(["pgrep", "-U", str(self.uid)], capture_output=True).stdout,
-             10, what=f"every process of {self.name} gone")
+        poll(lambda: not pids_of(self.uid), 10, what=f"every process of {self.name} gone")
         self.procs, self.mounts = [], []
 
 
