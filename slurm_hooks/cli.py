@@ -57,6 +57,28 @@ def _parser():
     ex.add_argument("--node", help="node name (default: this node's)")
     ex.add_argument("--runs", type=int, default=10, help="how many recent runs to list (default 10)")
 
+    dg = sub.add_parser("diagnose", parents=[common],
+                        help="a hung job: every node at once, ranks grouped by what they do, the odd one named")
+    dg.add_argument("job", metavar="JOBID")
+    dg.add_argument("--json", action="store_true", help="print the full per-rank record as JSON")
+    dg.add_argument("--timeout", type=float, metavar="S",
+                    help="seconds the nodes get to answer (default: diagnose.timeout, 20)")
+    dg.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=None,
+                    help="Python stacks with py-spy where installed (default: diagnose.stacks)")
+    dg.add_argument("--record", action="store_true",
+                    help="also write the summary into the job's AdminComment and the journal")
+    jr = sub.add_parser("job-report", parents=[common],
+                        help="on a node: what each task of a job does here (diagnose runs it on every node)")
+    jr.add_argument("job", metavar="JOBID")
+    jr.add_argument("--json", action="store_true", help="print one line of JSON")
+    jr.add_argument("--node", help="node name (default: this node's)")
+    jr.add_argument("--sample", type=float, default=0.5, metavar="S",
+                    help="seconds to watch CPU time and context switches (default 0.5)")
+    jr.add_argument("--deadline", type=float, default=15.0, metavar="S",
+                    help="finish within this many seconds (default 15)")
+    jr.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=True,
+                    help="Python stacks with py-spy where installed (default: yes)")
+
     cf = sub.add_parser("config", parents=[common], help="configuration tools")
     csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -93,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         return _status(cfg, args.json)
     if args.command == "explain":
         return _explain(cfg, args.node, args.runs)
+    if args.command == "diagnose":
+        from .diagnose import main as diagnose_main
+        if args.timeout is not None and args.timeout <= 0:
+            print("slurm-hooks diagnose: --timeout must be positive", file=sys.stderr)
+            return EXIT_USAGE
+        return diagnose_main(cfg, args.job, args.json, args.timeout, args.stacks, args.record)
+    if args.command == "job-report":
+        from .jobreport import main as report_main
+        return report_main(cfg, args.job, args.node, args.json, args.sample, args.stacks, args.deadline)
     if args.command == "healthcheck":
         return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
     raise AssertionError(args.command)

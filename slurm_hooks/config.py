@@ -219,6 +219,29 @@ class PolicyConfig:
 
 
 @dataclass
+class DiagnoseConfig:
+    timeout: float = setting(20.0, kind="seconds",
+                             doc="`slurm-hooks diagnose`: how long the whole job may take to answer; "
+                             "a node that has not answered by then is reported as not answering.")
+    sample: float = setting(0.5, kind="seconds",
+                            doc="How long each task's CPU time and context switches are watched "
+                            "for progress.")
+    stacks: bool = setting(True, kind="bool",
+                           doc="Read Python stacks with `py-spy dump --nonblocking` where py-spy "
+                           "is installed (it never stops the job).")
+    collector: list = setting([], kind="strlist",
+                              doc="Command that runs `job-report` on the nodes, as a list "
+                              "(`[/opt/slurm-hooks/bin/slurm-hooks]`). Default: this Python with "
+                              "`-m slurm_hooks`, the same installation path on every node.")
+    on_requeue: bool = setting(True, kind="bool",
+                               doc="Before the health check requeues a job for a stuck task, take "
+                               "the job-wide picture and record its summary with the diagnosis.")
+    on_requeue_timeout: float = setting(20.0, kind="seconds",
+                                        doc="Deadline of that picture (the health check has 60 s "
+                                        "in all).")
+
+
+@dataclass
 class ActionsConfig:
     drain: bool = setting(True, kind="bool",
                           doc="Drain the node when a check fails. false: report only.")
@@ -287,6 +310,9 @@ class Config:
     actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
                                      doc="What slurm-hooks may do about what it finds.")
     slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
+    diagnose: DiagnoseConfig = setting(kind="section", cls=DiagnoseConfig,
+                                       doc="`slurm-hooks diagnose` and the job-wide picture taken "
+                                       "before a requeue.")
 
     # Where this configuration came from, for reports; not a setting.
     source: str = field(default="built-in defaults", metadata={"internal": True})

@@ -185,6 +185,61 @@ def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
     return out
 
 
+@dataclass
+class Syscall:
+    """What a thread is doing in the kernel, from /proc/PID/task/TID/syscall."""
+    name: str = ""                  # "read", "running", "page fault", or "" (unknown)
+    nr: int | None = None
+    fd: int | None = None
+    file: str = ""                  # the file behind fd (a link the kernel answers)
+    addrs: list[int] = field(default_factory=list)   # path arguments, in the task's memory
+
+
+def syscall_of(pid: int, tid: int, proc: str = procfs.PROC) -> Syscall:
+    """The system call a thread is in and the file it concerns. Reads only what the
+    kernel answers without the target's memory: safe on a stuck task."""
+    out = Syscall()
+    line = procfs.syscall_line(pid, tid, proc)
+    if not line:
+        return out
+    if line[0] == "running":
+        out.name = "running"
+        return out
+    try:
+        nr = int(line[0])
+    except ValueError:
+        return out
+    if nr < 0:
+        out.name = "page fault"         # blocked outside a system call
+        return out
+    out.nr, out.name = nr, syscalls.name(nr)
+    args = [int(a, 16) for a in line[1:7]]
+    fd, addr = syscalls.file_args(out.name, args)
+    if fd is not None:
+        out.fd = fd
+        out.file = procfs.readlink(f"{proc}/{pid}/fd/{fd}") or ""
+    if addr:
+        out.addrs = [addr]
+    return out
+
+
+def read_task_memory(progress, pid: int, proc: str = procfs.PROC, addrs: tuple = ()) -> dict:
+    """Rank variables of the environment, the command line and the given path
+    arguments of a process, read only from its anonymous memory, each read bounded.
+
+    Runs in a hang-safe child (runner.Task), never in the checker itself. Keys:
+    RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, LOCAL_RANK, SLURM_LOCALID,
+    SLURM_JOB_ID (those present), cmdline, paths, skipped (what was not read and why).
+    """
+    return _inspect(progress, pid, proc, list(addrs))
+
+
+def rank_from(values: dict) -> str | None:
+    """The global rank among read_task_memory's values, by the launchers' precedence."""
+    return (values.get("RANK") or values.get("SLURM_PROCID") or values.get("OMPI_COMM_WORLD_RANK")
+            or values.get("PMI_RANK"))
+
+
 class StuckTasksCheck:
     name = NAME
 
@@ -369,7 +424,7 @@ class StuckTasksCheck:
             o = outcomes[task.key]
             if o.status == DONE:
                 v = o.value
-                d.rank = v.get("RANK") or v.get("SLURM_PROCID") or v.get("OMPI_COMM_WORLD_RANK") or v.get("PMI_RANK")
+                d.rank = rank_from(v)
                 d.cmdline = v.get("cmdline", "")
                 d.inspect = v.get("skipped") or "ok"
                 path = next((p for p in v.get("paths", []) if p), None)
@@ -382,27 +437,11 @@ class StuckTasksCheck:
         return results
 
     def _syscall(self, d: Stuck, pid: int, tid: int) -> list[int]:
-        line = procfs.syscall_line(pid, tid, self.proc)
-        if not line:
-            return []
-        if line[0] == "running":
-            d.syscall = "running"
-            return []
-        try:
-            nr = int(line[0])
-        except ValueError:
-            return []
-        if nr < 0:
-            d.syscall = "page fault"        # blocked outside a system call
-            return []
-        d.syscall_nr = nr
-        d.syscall = syscalls.name(nr)
-        args = [int(a, 16) for a in line[1:7]]
-        fd, addr = syscalls.file_args(d.syscall, args)
-        if fd is not None:
-            d.fd = fd
-            d.file = procfs.readlink(f"{self.proc}/{pid}/fd/{fd}") or ""
-        return [addr] if addr else []
+        call = syscall_of(pid, tid, self.proc)
+        d.syscall, d.syscall_nr = call.name, call.nr
+        if call.fd is not None:
+            d.fd, d.file = call.fd, call.file
+        return call.addrs
 
     def _locate(self, ctx, d: Stuck) -> None:
         """Mount and filesystem type of the file, and the cause category."""

@@ -1,0 +1,473 @@
+"""`slurm-hooks diagnose JOBID`: every node of a job at once, and the odd rank named.
+
+A hung job is usually many ranks waiting in a collective for one rank that is doing
+something else: blocked in a write on a dead filesystem, stuck on a lock, in another
+collective. Looking at one node shows only waiting ranks. This command runs the
+per-node collector (`slurm-hooks job-report JOBID --json`, jobreport.py) on every node
+of the job in one step through Slurm itself (`srun --jobid=J --overlap`: it works for
+batch and interactive jobs and any launcher inside them), reads one JSON document per
+node from srun's labelled output, groups the ranks by what they do (same kernel wait,
+same system call and filesystem, or the same top Python frames) and names the
+minority first.
+
+Nothing here can hang: srun runs through runner.run_command with the deadline, and
+the output of the nodes that answered is kept when it fires. A node that did not
+answer is itself a finding ("n17 did not answer within 20 s"). The collector has its
+own, shorter deadline, so a stuck node does not leave it behind for long.
+
+The aggregation is a pure function of the node reports (aggregate()), so the same
+code serves the command, its --json record, and the health check, which captures
+the job-wide picture before it requeues a job for a stuck task (capture()).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from .reason import one_line, printable, shorten_path
+
+BUSY_CPU = 50.0             # percent of one CPU over the sample: busy, not waiting
+GPU_IDLE = 10               # utilisation percent below which a held GPU counts as idle
+COLLECTOR_MARGIN = 2.0      # seconds the collector leaves srun to launch and to return
+
+
+@dataclass
+class Member:
+    """One rank (or, when the job sets no rank, one top process) on one node."""
+    node: str
+    rank: str | None
+    pid: int
+    comm: str
+    cpu_percent: float | None
+    detail: list[str] = field(default_factory=list)   # a few lines for the text report
+
+
+@dataclass
+class Group:
+    what: str                       # what its members are doing, one line
+    key: tuple
+    suspicious: bool = False        # a thread in D, or a node that did not answer
+    members: list[Member] = field(default_factory=list)
+
+    @property
+    def ranks(self) -> list[str]:
+        return [m.rank for m in self.members if m.rank is not None]
+
+    def who(self) -> str:
+        nodes = sorted({m.node for m in self.members}, key=_natural)
+        ranks = self.ranks
+        where = nodes[0] if len(nodes) == 1 else _names(nodes)
+        if ranks and len(ranks) == len(self.members):
+            label = "rank" if len(ranks) == 1 else "ranks"
+            return f"{label} {_ranges(ranks)} on {where}"
+        pids = ",".join(str(m.pid) for m in self.members[:4]) + (",..." if len(self.members) > 4 else "")
+        return f"pid{'s' if len(self.members) > 1 else ''} {pids} on {where}"
+
+
+@dataclass
+class Diagnosis:
+    job: str
+    nodes: list[str]
+    groups: list[Group] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)     # node -> why no report
+    gpu: str = ""
+    summary: str = ""
+    notes: list[str] = field(default_factory=list)
+    others: int = 0                 # job processes that are not ranks (batch shell, srun, launchers)
+    elapsed: float = 0.0
+    reports: list[dict] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(len(g.members) for g in self.groups)
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        for g, out in zip(self.groups, d["groups"]):
+            out["who"] = g.who()
+            out["count"] = len(g.members)
+            out["key"] = list(g.key)
+        return d
+
+
+class DiagnoseError(Exception):
+    """The job cannot be looked at (unknown, not running, Slurm unreachable)."""
+
+
+# --- fan-out ---------------------------------------------------------------------------
+def srun_argv(srun: str, job: str, nodes: list[str], collector: list[str], timeout: float,
+              sample: float, stacks: bool) -> list[str]:
+    n = str(len(nodes))
+    return [srun, f"--jobid={job}", "--overlap", f"--nodes={n}", f"--ntasks={n}",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--label", "--quiet",
+            "--kill-on-bad-exit=0", "--job-name=slurm-hooks-diagnose", "--time=2",
+            *collector, "job-report", job, "--json", f"--sample={sample:g}",
+            f"--deadline={max(1.0, timeout - COLLECTOR_MARGIN):g}",
+            *([] if stacks else ["--no-stacks"])]
+
+
+def default_collector() -> list[str]:
+    """This very installation, run on the nodes: a site installs slurm-hooks at the same
+    path everywhere (a package, or a shared prefix)."""
+    return [sys.executable, "-m", "slurm_hooks"]
+
+
+def step_env(slurm) -> dict:
+    """The caller's environment without the variables of a job it may itself run in
+    (srun would read SLURM_JOB_ID and friends as options), with Slurm's own settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))}
+    env.update(slurm.env)
+    env["PATH"] = slurm.env["PATH"]
+    return env
+
+
+def fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeout: float,
+            sample: float, stacks: bool, asked: float | None = None) -> tuple[list[dict], dict[str, str]]:
+    """Node reports and {node: why none} for the nodes that gave none. `asked`: the
+    deadline the user gave, for the message (timeout is what is left of it)."""
+    from .runner import run_command
+    srun = os.path.join(os.path.dirname(slurm.scontrol or ""), "srun")
+    if slurm.scontrol is None or not os.access(srun, os.X_OK):
+        raise DiagnoseError(f"srun not found next to scontrol in {slurm.where}")
+    argv = srun_argv(srun, job, nodes, collector, timeout, sample, stacks)
+    r = run_command(argv, timeout, step_env(slurm))
+    reports, seen = parse_labelled(r.stdout, nodes)
+    missing = {}
+    errors = [printable(ln.strip()) for ln in r.stderr.splitlines() if ln.strip()]
+    for node in nodes:
+        if node in seen:
+            continue
+        said = next((e for e in errors if node in e.split()), "")
+        if r.timed_out:
+            missing[node] = f"{node} did not answer within {asked or timeout:g} s" + (f" ({said})" if said else "")
+        else:
+            out = printable(r.stdout.strip().splitlines()[0][:200]) if r.stdout.strip() else "nothing"
+            said = said or (errors[-1] if errors else f"srun exited with status {r.rc}, its output: {out}")
+            missing[node] = f"{node} gave no report: {said[:300]}"
+    return reports, missing
+
+
+def parse_labelled(stdout: str, nodes: list[str]) -> tuple[list[dict], set[str]]:
+    """One JSON document per task from `srun --label` output ("  3: {...}")."""
+    lines: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        label, sep, rest = line.partition(": ")
+        if sep and label.strip().isdigit():
+            lines.setdefault(label.strip(), []).append(rest)
+    reports, seen = [], set()
+    for chunks in lines.values():
+        # srun forwards a long line in pieces, each labelled: put them back together.
+        try:
+            doc = json.loads("".join(chunks))
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("node") in nodes and doc["node"] not in seen:
+            seen.add(doc["node"])
+            reports.append(doc)
+    return reports, seen
+
+
+# --- aggregation ------------------------------------------------------------------------
+def _natural(s: str):
+    import re
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+
+
+def _ranges(ranks: list[str]) -> str:
+    """"0-3,7" for numeric ranks, a plain list otherwise."""
+    try:
+        nums = sorted({int(r) for r in ranks})
+    except ValueError:
+        return ",".join(sorted(ranks))
+    out, start, prev = [], None, None
+    for n in nums:
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = n
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ",".join(out)
+
+
+def _names(nodes: list[str]) -> str:
+    return ",".join(nodes) if len(nodes) <= 4 else f"{','.join(nodes[:3])},... ({len(nodes)} nodes)"
+
+
+def _frame_key(frame: str) -> str:
+    """A frame without its line number: ranks spinning in one loop stand on many lines."""
+    name, _, where = frame.partition(" (")
+    return f"{name} ({where.rsplit(':', 1)[0]})" if where else name
+
+
+def _main_thread(task: dict) -> dict | None:
+    threads = task.get("threads") or []
+    return (next((t for t in threads if t.get("name") == "MainThread"), None)
+            or next((t for t in threads if t.get("tid") == task.get("pid")), None)
+            or (threads[0] if threads else None))
+
+
+def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
+    """(grouping key, what it does in words, suspicious, detail lines) of one rank."""
+    threads = task.get("threads") or []
+    cpu = task.get("cpu_percent")
+    activity = "busy" if cpu is not None and cpu >= BUSY_CPU else "waiting"
+    states: dict[str, int] = {}
+    for t in threads:
+        states[t.get("state", "?")] = states.get(t.get("state", "?"), 0) + 1
+    detail = [f"pid {task['pid']} {task.get('comm', '?')}, cpu "
+              f"{'?' if cpu is None else f'{cpu:.0f}%'}, threads "
+              + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))]
+    blocked = [t for t in threads if t.get("state") == "D"]
+    if blocked:
+        t = next((b for b in blocked if b.get("file")), blocked[0])
+        call = t.get("syscall") or ""
+        call = f"{call}()" if call and call not in ("running", "page fault") else (call or "the kernel")
+        if t.get("file"):
+            fs = f"{t['fstype']}, " if t.get("fstype") else ""
+            where = f" on {shorten_path(t['file'], 100)} ({fs}D"
+        else:
+            where = f" at {t.get('wchan') or '?'} (D"
+        progress = {False: ", no progress", True: ", progressing"}.get(t.get("progress"), "")
+        what = f"in {call}{where}{progress})"
+        if t.get("frames"):
+            what += f" from {_frame_key(t['frames'][0])}"
+        detail.append(f"thread {t['tid']} {t.get('name') or t.get('comm', '')}: wchan {t.get('wchan') or '?'}"
+                      + (f"; {' < '.join(t['frames'][:4])}" if t.get("frames") else ""))
+        return ("D", t.get("syscall"), t.get("mountpoint") or t.get("file") or t.get("wchan")), what, True, detail
+    main = _main_thread(task)
+    if main is not None and main.get("frames"):
+        top = [_frame_key(f) for f in main["frames"][:3]]
+        detail.append(f"thread {main['tid']} {main.get('name') or main.get('comm', '')}: "
+                      + " < ".join(main["frames"][:4]))
+        return ("py", *top), f"{activity} in {' < '.join(top)}", False, detail
+    if main is None:
+        return ("gone",), "gone (no threads left)", False, detail
+    call = main.get("syscall") or ""
+    if main.get("state") == "R" or call == "running":
+        what = "running on a CPU" if activity == "busy" else "running"
+        key = ("k", activity, "running")
+    else:
+        wchan = main.get("wchan") or "?"
+        what = f"{activity} in {call or '?'}() at {wchan}"
+        key = ("k", activity, call, wchan)
+    if task.get("stacks") not in ("ok", "not asked for", ""):
+        detail.append(f"no Python stack: {task.get('stacks')}")
+    return key, what, False, detail
+
+
+def _ranks(report: dict, steps_ranked: bool) -> tuple[list[dict], int]:
+    """The tasks that are ranks (one per rank: a rank's own children, such as data
+    loader workers, inherit its RANK and are not counted again), and how many other
+    processes the job has here. The batch script's shell and its srun carry
+    SLURM_PROCID=0 too: when the ranks run in steps, the batch step holds none."""
+    tasks = report.get("tasks") or []
+    by_pid = {t["pid"]: t for t in tasks}
+    ranked = [t for t in tasks if t.get("rank") is not None
+              and not (steps_ranked and t.get("step") == "batch")]
+    if ranked:
+        top = [t for t in ranked
+               if not (by_pid.get(t.get("ppid")) or {}).get("rank") == t["rank"]]
+        return top, len(tasks) - len(top)
+    # No rank variables: every process outside the batch script's step is a member.
+    work = [t for t in tasks if t.get("step") != "batch"]
+    leaves = [t for t in work if not any(o.get("ppid") == t["pid"] for o in work)] or work
+    return leaves, len(tasks) - len(leaves)
+
+
+def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str, str]) -> Diagnosis:
+    d = Diagnosis(job=job, nodes=list(nodes), missing=dict(missing), reports=reports)
+    groups: dict[tuple, Group] = {}
+    gpus = []
+    steps_ranked = any(t.get("rank") is not None and t.get("step") != "batch"
+                       for rep in reports for t in rep.get("tasks") or [])
+    for rep in reports:
+        node = rep.get("node", "?")
+        members, others = _ranks(rep, steps_ranked)
+        d.others += others
+        for note in rep.get("notes") or []:
+            d.notes.append(f"{node}: {note}")
+        for t in members:
+            key, what, suspicious, detail = behaviour(t)
+            g = groups.setdefault(key, Group(what=what, key=key, suspicious=suspicious))
+            g.members.append(Member(node=node, rank=t.get("rank"), pid=t["pid"], comm=t.get("comm", ""),
+                                    cpu_percent=t.get("cpu_percent"), detail=detail))
+            for gu in t.get("gpus") or []:
+                gpus.append((node, gu.get("index"), gu.get("utilization"), t.get("rank")))
+    for g in groups.values():
+        g.members.sort(key=lambda m: (_rank_sort(m.rank), _natural(m.node), m.pid))
+    # Most suspicious first: D state, then the smallest groups (the odd ones out).
+    d.groups = sorted(groups.values(), key=lambda g: (not g.suspicious, len(g.members),
+                                                       _rank_sort(g.members[0].rank)))
+    d.gpu = _gpu_summary(gpus)
+    d.summary = summarise(d)
+    return d
+
+
+def _rank_sort(rank):
+    try:
+        return (0, int(rank), "")
+    except (TypeError, ValueError):
+        return (1, 0, str(rank))
+
+
+def _gpu_summary(gpus: list[tuple]) -> str:
+    seen = {}
+    for node, index, util, rank in gpus:
+        seen[(node, index)] = (util, rank)
+    if not seen:
+        return ""
+    idle = sorted(((n, i) for (n, i), (u, _) in seen.items() if u is None or u < GPU_IDLE),
+                  key=lambda x: (_natural(x[0]), x[1]))
+    busy = len(seen) - len(idle)
+    if not idle:
+        return f"all {busy} GPUs busy"
+    if not busy:
+        return f"all {len(idle)} GPUs idle"
+    named = ", ".join(f"GPU{i} on {n}" for n, i in idle[:3]) + (", ..." if len(idle) > 3 else "")
+    return f"{named} idle, {busy} GPU{'s' if busy != 1 else ''} busy"
+
+
+def summarise(d: Diagnosis) -> str:
+    total = d.total
+    parts = []
+    if not d.groups:
+        answered = [n for n in d.nodes if n not in d.missing]
+        if answered:
+            parts.append(f"no process of job {d.job} found on {_names(answered)}")
+    elif len(d.groups) == 1:
+        g = d.groups[0]
+        parts.append(f"all {total} ranks alike: {g.what}" if g.ranks else f"all {total} processes alike: {g.what}")
+    else:
+        first, rest = d.groups[0], d.groups[1:]
+        parts.append(f"{first.who()} is {first.what}")
+        for g in rest[:3]:
+            parts.append(f"{g.who()} {g.what} ({len(g.members)} of {total})")
+        if len(rest) > 3:
+            parts.append(f"{len(rest) - 3} more groups")
+    parts.extend(d.missing[n] for n in sorted(d.missing, key=_natural))
+    if d.gpu:
+        parts.append(d.gpu)
+    return one_line("; ".join(parts))
+
+
+# --- output -----------------------------------------------------------------------------
+def render(d: Diagnosis) -> str:
+    answered = len(d.nodes) - len(d.missing)
+    lines = [f"job {d.job}: {len(d.nodes)} node{'s' if len(d.nodes) != 1 else ''} "
+             f"({answered} answered), {d.total} ranks, {d.elapsed:.1f}s",
+             f"  {d.summary}", ""]
+    for i, g in enumerate(d.groups, 1):
+        mark = "!" if g.suspicious else " "
+        lines.append(f"{mark}{i}. {g.who()} ({len(g.members)} of {d.total}): {g.what}")
+        shown = g.members[:1] if len(g.members) > 1 else g.members
+        for m in shown:
+            prefix = f"     e.g. rank {m.rank} on {m.node}: " if len(g.members) > 1 else "     "
+            for j, line in enumerate(m.detail[:3]):
+                lines.append((prefix if j == 0 else "       ") + line)
+    for node in sorted(d.missing, key=_natural):
+        lines.append(f"!  {d.missing[node]}")
+    if d.others:
+        lines.append(f"   other processes of the job (batch script, launchers, workers): {d.others}")
+    for note in d.notes[:10]:
+        lines.append(f"   note: {note}")
+    return "\n".join(lines)
+
+
+def render_node(report: dict) -> str:
+    """job-report's text output: the node's ranks, one block each."""
+    d = aggregate(report.get("job", "?"), [report.get("node", "?")], [report], {})
+    return render(d)
+
+
+# --- the command, and the health check's capture ------------------------------------------
+def diagnose(cfg, job: str, timeout: float, stacks: bool, sample: float | None = None) -> Diagnosis:
+    from . import hostlist
+    from .slurm import Slurm, SlurmError
+    started = time.monotonic()
+    slurm = Slurm(cfg.slurm)
+    try:
+        info = slurm.show_job(job)
+    except SlurmError as e:
+        raise DiagnoseError(f"cannot ask Slurm about job {job}: {e}") from None
+    if info is None:
+        raise DiagnoseError(f"job {job} is not known to Slurm")
+    state = info.get("JobState", "?")
+    if not state.startswith("RUNNING"):
+        raise DiagnoseError(f"job {job} is {state}, not running: nothing to look at")
+    try:
+        nodes = hostlist.expand(info.get("NodeList", ""))
+    except hostlist.HostlistError as e:
+        raise DiagnoseError(f"job {job}: cannot read its NodeList: {e}") from None
+    if not nodes:
+        raise DiagnoseError(f"job {job} has no nodes")
+    left = timeout - (time.monotonic() - started)
+    collector = list(cfg.diagnose.collector) or default_collector()
+    reports, missing = fan_out(slurm, job, nodes, collector, max(left, 1.0),
+                               cfg.diagnose.sample if sample is None else sample, stacks, asked=timeout)
+    d = aggregate(job, nodes, reports, missing)
+    d.elapsed = round(time.monotonic() - started, 3)
+    return d
+
+
+def record(cfg, d: Diagnosis) -> list[str]:
+    """The summary into the job's AdminComment (after the admin's own text) and the
+    journal. Returns what could not be done."""
+    from . import journal
+    from .reason import truncate_bytes
+    from .slurm import Slurm, SlurmError
+    problems = []
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    text = truncate_bytes(one_line(f"{cfg.reason_prefix} diagnose {stamp}: {d.summary}"), 1000)
+    slurm = Slurm(cfg.slurm)
+    try:
+        info = slurm.show_job(d.job) or {}
+        old = info.get("AdminComment", "")
+        old = "" if old == "(null)" else old.strip()
+        slurm.set_admin_comment(d.job, f"{old} | {text}" if old else text)
+    except SlurmError as e:
+        problems.append(f"AdminComment of job {d.job} not updated: {e}")
+    err = journal.append(cfg.journal, {"event": "diagnose", "time": time.time(), "job": d.job,
+                                       "summary": d.summary, "missing": d.missing,
+                                       "groups": d.to_json()["groups"]},
+                         max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
+    if err:
+        problems.append(err)
+    return problems
+
+
+def capture(cfg, job: str) -> str:
+    """The health check's job-wide picture before a requeue: one line, or "" when it
+    is switched off or Slurm cannot run a step (never an exception, never past the
+    configured deadline)."""
+    if not cfg.diagnose.on_requeue:
+        return ""
+    try:
+        d = diagnose(cfg, job, cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
+    except Exception as e:          # the requeue must go on whatever happened here
+        return f"job-wide picture not taken: {one_line(str(e))[:200]}"
+    return f"job-wide: {d.summary}"
+
+
+def main(cfg, job: str, as_json: bool, timeout: float | None, stacks: bool | None,
+         do_record: bool) -> int:
+    if not job.isdigit():
+        print(f"slurm-hooks diagnose: {printable(job)!r} is not a job id (a number)", file=sys.stderr)
+        return 2
+    try:
+        d = diagnose(cfg, job, timeout or cfg.diagnose.timeout,
+                     cfg.diagnose.stacks if stacks is None else stacks)
+    except DiagnoseError as e:
+        print(f"slurm-hooks diagnose: {e}", file=sys.stderr)
+        return 1
+    problems = record(cfg, d) if do_record else []
+    print(json.dumps(d.to_json(), indent=2) if as_json else render(d))
+    for p in problems:
+        print(f"slurm-hooks diagnose: {p}", file=sys.stderr)
+    return 1 if d.missing or problems else 0

@@ -1,0 +1,372 @@
+"""`slurm-hooks job-report JOBID`: what every task of one job is doing on this node.
+
+The per-node half of `slurm-hooks diagnose` (diagnose.py runs it on every node of the
+job through `srun --overlap`), also usable by itself on a node. It must answer even
+when a task of the job is stuck in the kernel, so it reads from its own process only
+what the kernel answers without the target's memory (stat, status, wchan, syscall, fd
+links: procfs.py) and leaves everything else to children with deadlines (runner.py):
+
+- the environment (for the rank) and the command line: stuck_tasks.read_task_memory,
+  anonymous memory only, each read bounded;
+- CPU time over a short sample: psutil, in a child (psutil reads /proc files too, but
+  a library is no place to guess which reads are safe on a D-state task);
+- the GPUs and the processes on them: NVML, only ever in a child (nvml.py);
+- Python stacks of every thread: `py-spy dump --nonblocking`, an optional program run
+  with a deadline. --nonblocking reads the target's memory without stopping it, so the
+  job is never paused or slowed by being looked at.
+
+Tasks are the job's processes found through their cgroup (jobs.py), so any launcher
+counts (srun, mpirun, torchrun). The job's extern step (Slurm's own sleep) and the
+step this collector itself runs in are not the job's work and are left out.
+
+Everything a user controls (command lines, paths, Python function and file names)
+goes through reason.printable before it is reported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from . import procfs
+from .checks.stuck_tasks import read_task_memory, rank_from, syscall_of
+from .jobs import JobRef, from_cgroup
+from .mounts import MountTable, parse_mountinfo
+from .reason import printable
+from .runner import DONE, Runner, Task, run_command
+
+MAX_TASKS = 256              # processes of one job on one node that are looked at in detail
+INSPECT_MAX = 64            # children reading environments at once
+INSPECT_TIMEOUT = 2.0
+NVML_TIMEOUT = 5.0
+PYSPY_TIMEOUT = 3.0
+FRAMES = 12                  # Python frames kept per thread
+PYSPY_SEARCH = ("/usr/local/bin", "/usr/bin", "/opt/slurm-hooks/bin")
+
+
+@dataclass
+class ThreadInfo:
+    tid: int
+    comm: str
+    state: str                      # R, S, D, ...
+    wchan: str = ""
+    syscall: str = ""
+    file: str = ""
+    fstype: str = ""
+    mountpoint: str = ""
+    progress: bool | None = None    # context switches changed during the sample (None: unknown)
+    frames: list[str] = field(default_factory=list)   # Python frames, innermost first
+    name: str = ""                  # Python thread name, from py-spy
+
+
+@dataclass
+class TaskInfo:
+    pid: int
+    ppid: int
+    comm: str
+    uid: int
+    step: str | None
+    local_task: str | None
+    rank: str | None = None
+    local_rank: str | None = None
+    cmdline: str = ""
+    cpu_percent: float | None = None   # over the sample, all threads together
+    threads: list[ThreadInfo] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)     # index, utilization, memory_used_mib, used_mib
+    python: bool = False
+    stacks: str = ""                # "ok", or why there are none
+    inspect: str = ""               # how reading the environment went
+
+
+@dataclass
+class NodeReport:
+    node: str
+    job: str
+    tasks: list[TaskInfo] = field(default_factory=list)
+    gpus: list[dict] = field(default_factory=list)
+    pyspy: str = ""                 # py-spy's path, or "" when not installed
+    notes: list[str] = field(default_factory=list)
+    elapsed: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def find_pyspy() -> str | None:
+    """py-spy next to this Python (a virtualenv install), else in the usual places.
+    HealthCheckProgram and srun steps may run without PATH, so none is relied on."""
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(here, os.X_OK):
+        return here
+    for d in PYSPY_SEARCH:
+        p = os.path.join(d, "py-spy")
+        if os.access(p, os.X_OK):
+            return p
+    return shutil.which("py-spy")
+
+
+def job_tasks(job: str, node: str, proc: str = procfs.PROC) -> list[tuple[int, JobRef]]:
+    """(pid, JobRef) of the job's processes on this node, outside the extern step and
+    outside the step this process runs in (the collector's own)."""
+    own = from_cgroup(procfs.text(f"{proc}/self/cgroup") or "")
+    me = os.getpid()
+    out = []
+    for name in procfs.list_pids(proc):
+        pid = int(name)
+        if pid == me:
+            continue
+        text = procfs.text(f"{proc}/{pid}/cgroup")
+        ref = from_cgroup(text) if text else None
+        if ref is None or ref.job != job or not ref.belongs_to(node):
+            continue
+        if ref.step in (None, "extern"):
+            continue            # slurmstepd itself (job level), and Slurm's extern step
+        if own is not None and own.job == job and own.step == ref.step:
+            continue
+        out.append((pid, ref))
+    return out
+
+
+def _cpu_sample(progress, pids: list[int], seconds: float) -> dict:
+    """pid -> CPU percent over `seconds` (user + system, all threads)."""
+    import psutil
+    first = {}
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+            first[pid] = t.user + t.system
+        except psutil.Error:
+            continue
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    out = {}
+    for pid, before in first.items():
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        out[str(pid)] = round(100.0 * (t.user + t.system - before) / max(time.monotonic() - t0, 1e-3), 1)
+    return out
+
+
+def _nvml(progress) -> dict:
+    from . import nvml
+    return nvml.collect(progress, processes=True)
+
+
+def _place(t: ThreadInfo, pid: int, path: str, proc: str, tables: dict) -> None:
+    """The file a blocked thread waits on, made absolute, and the mount holding it
+    (from the task's own mount table: it may live in another mount namespace)."""
+    if not path.startswith("/"):
+        path = os.path.join(procfs.readlink(f"{proc}/{pid}/cwd") or "/", path)
+    t.file = printable(path)
+    table = tables.get(pid)
+    if table is None:
+        text = procfs.text(f"{proc}/{pid}/mountinfo")
+        table = tables[pid] = MountTable(parse_mountinfo(text)) if text else MountTable([])
+    m = table.holding(path.split(" (deleted)")[0])
+    if m is not None:
+        t.fstype, t.mountpoint = m.fstype, printable(m.mountpoint)
+
+
+def _thread(pid: int, tid: int, proc: str, tables: dict) -> tuple[ThreadInfo | None, list[int]]:
+    """A thread's state, kernel wait and system call, and the path arguments of that
+    call that only its memory holds."""
+    s = procfs.sample(pid, tid, proc)
+    if s is None:
+        return None, []
+    t = ThreadInfo(tid=tid, comm=printable(s.comm), state=s.state,
+                   wchan=(procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip())
+    if t.wchan == "0":
+        t.wchan = ""
+    call = syscall_of(pid, tid, proc)
+    t.syscall = call.name
+    if call.file and s.state == "D":
+        _place(t, pid, call.file, proc, tables)
+    else:
+        t.file = printable(call.file)
+    return t, call.addrs
+
+
+def _is_python(pid: int, comm: str, proc: str) -> bool:
+    exe = os.path.basename(procfs.readlink(f"{proc}/{pid}/exe") or "")
+    return exe.startswith("python") or comm.startswith("python")
+
+
+def _pyspy(pyspy: str, pid: int, timeout: float) -> tuple[dict[int, tuple[str, list[str]]], str]:
+    """tid -> (thread name, frames innermost first), and "ok" or why not."""
+    r = run_command([pyspy, "dump", "--nonblocking", "--json", "--pid", str(pid)], timeout,
+                    {"PATH": "/usr/bin:/bin", "LANG": "C"})
+    if not r.ok:
+        return {}, printable(f"py-spy: {r.message()}")[:200]
+    try:
+        threads = json.loads(r.stdout)
+    except ValueError:
+        return {}, "py-spy: unreadable output"
+    out = {}
+    for th in threads if isinstance(threads, list) else []:
+        try:
+            tid = int(th.get("os_thread_id") or 0)
+        except (TypeError, ValueError):
+            continue
+        frames = []
+        for f in (th.get("frames") or [])[:FRAMES]:
+            where = os.path.basename(str(f.get("short_filename") or f.get("filename") or "?"))
+            frames.append(printable(f"{f.get('name', '?')} ({where}:{f.get('line', '?')})"))
+        out[tid] = (printable(str(th.get("thread_name") or "")), frames)
+    return out, "ok"
+
+
+def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
+            deadline: float = 15.0, proc: str = procfs.PROC) -> NodeReport:
+    started = time.monotonic()
+    report = NodeReport(node=node, job=job)
+    found = job_tasks(job, node, proc)
+    if len(found) > MAX_TASKS:
+        report.notes.append(f"{len(found)} processes in the job here; the first {MAX_TASKS} are read")
+        found = found[:MAX_TASKS]
+    infos: dict[int, TaskInfo] = {}
+    for pid, ref in found:
+        status = procfs.parse_status(procfs.read_small(f"{proc}/{pid}/status") or b"")
+        try:
+            uid = int(status.get("Uid", "-1").split()[0])
+            ppid = int(status.get("PPid", "0"))
+        except ValueError:
+            uid, ppid = -1, 0
+        if ref.uid is not None and ref.uid != uid:
+            continue            # in a cgroup named for another user: not this job's task
+        infos[pid] = TaskInfo(pid=pid, ppid=ppid, comm=printable(status.get("Name", "?")), uid=uid,
+                              step=ref.step, local_task=ref.task)
+
+    # Every thread's state, twice over the sample, to see which make progress.
+    tables: dict = {}
+    first: dict[tuple[int, int], tuple] = {}
+    path_args: dict[int, list[tuple[ThreadInfo, int]]] = {}
+    for pid, info in infos.items():
+        for tid in _tids(pid, proc):
+            s = procfs.sample(pid, tid, proc)
+            t, addrs = _thread(pid, tid, proc, tables)
+            if t is None or s is None:
+                continue
+            info.threads.append(t)
+            first[(pid, tid)] = s.switches
+            if addrs and t.state == "D" and not t.file:
+                path_args.setdefault(pid, []).extend((t, a) for a in addrs)
+        info.python = _is_python(pid, info.comm, proc)
+
+    scanned = time.monotonic()
+    runner = Runner()
+    tasks = [Task("jobreport:cpu", _cpu_sample, (list(infos), sample), sample + 3.0),
+             Task("jobreport:nvml", _nvml, (), NVML_TIMEOUT)]
+    tasks += [Task(f"jobreport:inspect:{pid}", read_task_memory,
+                   (pid, proc, tuple(a for _, a in path_args.get(pid, []))), INSPECT_TIMEOUT)
+              for pid in list(infos)[:INSPECT_MAX]]
+    if len(infos) > INSPECT_MAX:
+        report.notes.append(f"environment read for the first {INSPECT_MAX} of {len(infos)} processes only")
+    batch = runner.start(tasks)
+    left = sample - (time.monotonic() - scanned)
+    if left > 0:
+        time.sleep(left)
+    for pid, info in infos.items():
+        for t in info.threads:
+            s = procfs.sample(pid, t.tid, proc)
+            if s is not None and (pid, t.tid) in first:
+                t.progress = s.switches != first[(pid, t.tid)] or s.state == "R"
+
+    pyspy = find_pyspy() if stacks else None
+    report.pyspy = pyspy or ""
+    if stacks and pyspy is None:
+        report.notes.append("py-spy is not installed here: no Python stacks (pip install py-spy)")
+    for pid, info in infos.items():
+        if not stacks:
+            info.stacks = "not asked for"
+        elif not info.python:
+            info.stacks = "not a Python process"
+        elif pyspy is None:
+            info.stacks = "py-spy not installed"
+        else:
+            left = deadline - (time.monotonic() - started) - 1.0
+            if left <= 0.2:
+                info.stacks = "no time left for stacks"
+                continue
+            got, info.stacks = _pyspy(pyspy, pid, min(PYSPY_TIMEOUT, left))
+            for t in info.threads:
+                if t.tid in got:
+                    t.name, t.frames = got[t.tid]
+
+    outcomes = runner.collect(batch)
+    for pid, info in infos.items():
+        o = outcomes.get(f"jobreport:inspect:{pid}")
+        if o is not None and o.status == DONE:
+            v = o.value
+            rank = rank_from(v)
+            info.rank = printable(rank) if rank is not None else None
+            local = v.get("LOCAL_RANK") or v.get("SLURM_LOCALID")
+            info.local_rank = printable(local) if local is not None else None
+            info.cmdline = printable(v.get("cmdline", ""))[:300]
+            info.inspect = printable(v.get("skipped") or "ok")
+            for (t, _), path in zip(path_args.get(pid, []), v.get("paths") or []):
+                if path and not t.file:
+                    _place(t, pid, path, proc, tables)
+        elif o is not None:
+            info.inspect = printable(f"{o.status}: {o.error}")
+    cpu = outcomes["jobreport:cpu"]
+    if cpu.status == DONE:
+        for pid, info in infos.items():
+            info.cpu_percent = cpu.value.get(str(pid))
+    else:
+        report.notes.append(f"CPU sample: {cpu.status}: {cpu.error}")
+    _gpus(report, infos, outcomes["jobreport:nvml"])
+    report.tasks = sorted(infos.values(), key=lambda t: t.pid)
+    report.elapsed = round(time.monotonic() - started, 3)
+    return report
+
+
+def _tids(pid: int, proc: str) -> list[int]:
+    try:
+        return sorted(int(t) for t in os.listdir(f"{proc}/{pid}/task") if t.isdigit())
+    except OSError:
+        return []
+
+
+def _gpus(report: NodeReport, infos: dict[int, TaskInfo], o) -> None:
+    if o.status != DONE:
+        report.notes.append(f"NVML: {o.status} ({o.error}); GPUs unknown")
+        return
+    v = o.value
+    if v.get("init_error"):
+        if v["init_error"] not in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED"):
+            report.notes.append(f"NVML: {v['init_error']}")
+        return
+    for g in v.get("gpus", []):
+        entry = {"index": g.get("index"), "uuid": g.get("uuid"), "status": g.get("status"),
+                 "utilization": g.get("utilization"), "memory_used_mib": g.get("memory_used_mib"),
+                 "pids": []}
+        for p in g.get("processes") or []:
+            info = infos.get(p.get("pid"))
+            if info is None:
+                continue
+            entry["pids"].append(info.pid)
+            info.gpus.append({"index": g.get("index"), "utilization": g.get("utilization"),
+                              "used_mib": p.get("used_mib"), "status": g.get("status")})
+        report.gpus.append(entry)
+
+
+def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: bool,
+         deadline: float) -> int:
+    from .engine import node_name
+    if not job.isdigit():
+        print(f"slurm-hooks job-report: {printable(job)!r} is not a job id (a number)", file=sys.stderr)
+        return 2
+    node = node or node_name(cfg)
+    report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline)
+    if as_json:
+        # One line: diagnose reads one JSON document per node from srun's labelled output.
+        print(json.dumps(report.to_json(), separators=(",", ":"), ensure_ascii=True))
+    else:
+        from .diagnose import render_node
+        print(render_node(report.to_json()))
+    return 0

@@ -1,0 +1,264 @@
+"""`slurm-hooks diagnose JOBID` on the real 3-node cluster: real ranks launched by srun,
+a real thread blocked on a never-answering FUSE mount, a real lock never released, a
+real node that does not answer, hostile environments and command lines."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import yaml
+
+from helpers import ROOT, SLURM_HOOKS, journal
+
+pytestmark = pytest.mark.cluster
+
+# Rank 0 writes its log on the hung filesystem from a thread and waits for it; the
+# others spin in the training loop.
+HUNG_RANKS = """
+import os, sys, threading
+hung, barrier = sys.argv[1], sys.argv[2]
+rank = int(os.environ["SLURM_PROCID"])
+
+def write_log():
+    with open(os.path.join(hung, "main_log.txt"), "a") as log:    # never returns
+        log.write("step 1000\\n")
+
+def wait_for_writer(t):
+    t.join()
+
+def train_step():
+    x = 0
+    while True:
+        x += 1
+
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 0:
+    t = threading.Thread(target=write_log, daemon=True)
+    t.start()
+    wait_for_writer(t)
+else:
+    train_step()
+"""
+
+# No D state anywhere: rank 1 waits forever on a lock nobody releases, the others sleep
+# in the barrier.
+LOCK_RANKS = """
+import os, sys, threading, time
+barrier = sys.argv[1]
+rank = int(os.environ["SLURM_PROCID"])
+lock = threading.Lock()
+lock.acquire()
+
+def take_checkpoint_lock():
+    lock.acquire()
+
+def wait_in_barrier():
+    while True:
+        time.sleep(0.5)
+
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 1:
+    take_checkpoint_lock()
+else:
+    wait_in_barrier()
+"""
+
+
+def config(tmp_path, cluster, **diag) -> dict:
+    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
+           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}, "diagnose": diag}
+    path = tmp_path / "diagnose.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(path), "LANG": "C.UTF-8"}
+
+
+def diagnose(env, job, *args, timeout=60):
+    t0 = time.monotonic()
+    r = subprocess.run([str(SLURM_HOOKS), "diagnose", str(job), *args], env=env, capture_output=True,
+                       text=True, timeout=timeout)
+    return r, time.monotonic() - t0
+
+
+def start_job(cluster, tmp_path, script, args, n=3):
+    barrier = tmp_path / "barrier"
+    barrier.mkdir(exist_ok=True)
+    (tmp_path / "ranks.py").write_text(script)
+    job = cluster.sbatch(f"-N{n}", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        f"srun -N{n} --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {' '.join(map(str, args))} {barrier}\n"))
+    cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 30, what="all ranks started")
+    return job
+
+
+def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, HUNG_RANKS, [hung_mount.path])
+    env = config(tmp_path, cluster)
+    r, took = diagnose(env, job)
+    assert r.returncode == 0, r.stderr + r.stdout
+    summary = r.stdout.splitlines()[1]
+    # The odd one out first, with its node, system call, file and filesystem.
+    assert summary.strip().startswith("rank 0 on n1 is in openat() on "), r.stdout
+    assert f"{hung_mount.path}/main_log.txt (fuse.fusefs, D, no progress) from write_log (ranks.py)" in summary
+    assert "ranks 1-2 on n2,n3 busy in " in summary and "(2 of 3)" in summary
+    # py-spy (the test extra) shows the Python frames of both groups.
+    assert "write_log (ranks.py:" in r.stdout
+    assert "train_step (ranks.py)" in summary
+
+    d = json.loads(diagnose(env, job, "--json")[0].stdout)
+    assert [g["who"] for g in d["groups"]] == ["rank 0 on n1", "ranks 1-2 on n2,n3"]
+    assert d["groups"][0]["suspicious"] and not d["groups"][1]["suspicious"]
+    assert d["missing"] == {}
+    by_node = {rep["node"]: rep for rep in d["reports"]}
+    rank0 = next(t for t in by_node["n1"]["tasks"] if t["rank"] == "0" and t["step"] != "batch")
+    blocked = [t for t in rank0["threads"] if t["state"] == "D"]
+    assert len(blocked) == 1 and blocked[0]["name"] == "Thread-1 (write_log)"
+    assert blocked[0]["frames"][0].startswith("write_log (ranks.py:")
+    assert blocked[0]["wchan"] and blocked[0]["syscall"] == "openat"
+    busy = next(t for t in by_node["n2"]["tasks"] if t["rank"] == "1")
+    assert busy["cpu_percent"] > 50
+    assert busy["local_rank"] == "0" and "ranks.py" in busy["cmdline"]
+
+
+def test_no_d_state_names_the_rank_stuck_on_a_lock(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    env = config(tmp_path, cluster)
+    r, took = diagnose(env, job, "--record")
+    assert r.returncode == 0, r.stderr + r.stdout
+    summary = r.stdout.splitlines()[1].strip()
+    assert summary.startswith("rank 1 on n2 is waiting in take_checkpoint_lock (ranks.py)"), r.stdout
+    assert "ranks 0,2 on n1,n3 waiting in wait_in_barrier (ranks.py)" in summary
+    assert "(2 of 3)" in summary
+    # --record: the summary in the AdminComment and the journal.
+    comment = cluster.show_job(job)["AdminComment"]
+    assert "slurm-hooks: diagnose" in comment and "rank 1 on n2 is waiting in take_checkpoint_lock" in comment
+    entry = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
+    assert entry[-1]["event"] == "diagnose" and entry[-1]["job"] == str(job)
+    assert entry[-1]["summary"] == summary
+
+
+def test_record_keeps_the_admins_comment(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    cluster.scontrol("update", f"jobid={job}", "admincomment=ticket 4711")
+    env = config(tmp_path, cluster)
+    r, _ = diagnose(env, job, "--record", "--no-stacks")
+    assert r.returncode == 0, r.stderr
+    comment = cluster.show_job(job)["AdminComment"]
+    assert comment.startswith("ticket 4711 | slurm-hooks: diagnose ")
+
+
+def test_all_alike_says_so_with_the_common_stack(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    script = LOCK_RANKS.replace("if rank == 1:", "if rank == 99:")
+    job = start_job(cluster, tmp_path, script, [])
+    r, _ = diagnose(config(tmp_path, cluster), job)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].strip().startswith(
+        "all 3 ranks alike: waiting in wait_in_barrier (ranks.py) < <module> (ranks.py)"), r.stdout
+
+
+def test_a_node_that_does_not_answer_is_a_finding_and_the_command_ends_on_time(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    env = config(tmp_path, cluster)
+    slurmd = cluster.pids["n3"]
+    os.kill(slurmd, signal.SIGSTOP)          # n3's slurmd takes connections and never answers
+    try:
+        r, took = diagnose(env, job, "--timeout", "6", "--no-stacks")
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+    assert took < 6 + 2, took
+    assert r.returncode == 1
+    assert "n3 did not answer within 6 s" in r.stdout
+    assert "rank 1 on n2 (1 of 2): waiting in take" not in r.stdout    # --no-stacks
+    assert "rank 1 on n2 (1 of 2): waiting in futex() at" in r.stdout  # the nodes that answered count
+
+
+def test_fast_when_every_node_answers(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    r, took = diagnose(config(tmp_path, cluster), job, "--no-stacks")
+    assert r.returncode == 0, r.stderr
+    assert "rank 1 on n2 is waiting in futex() at " in r.stdout.splitlines()[1]
+
+
+HOSTILE = """
+import os, sys, threading, time
+barrier = sys.argv[1]
+rank = int(os.environ["SLURM_PROCID"])
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 0:
+    def evil\u00e9():
+        threading.Lock().acquire(); threading.Lock().acquire()
+    lk = threading.Lock(); lk.acquire(); lk.acquire()
+else:
+    while True:
+        time.sleep(1)
+"""
+
+
+def test_hostile_environment_and_command_line(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(HOSTILE)
+    job = cluster.sbatch("-N3", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        "export RANK=\"$(printf '\\033[2J\\033]0;pwned\\007\\nRANK=7')\"\n"
+        f"srun -N3 --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {barrier} "
+        "\"$(printf '\\033[31m\\nfake line')\"\n"))
+    cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= 3, 30, what="all ranks started")
+    env = config(tmp_path, cluster)
+    for args in ((), ("--json",)):
+        r, _ = diagnose(env, job, *args)
+        assert r.returncode == 0, r.stderr
+        assert "\x1b" not in r.stdout and "\x07" not in r.stdout
+    d = json.loads(r.stdout)
+    ranks = {t["rank"] for rep in d["reports"] for t in rep["tasks"] if t["step"] != "batch"}
+    assert ranks == {"\\x1b[2J\\x1b]0;pwned\\x07\\x0aRANK=7"}
+    cmd = next(t["cmdline"] for rep in d["reports"] for t in rep["tasks"] if "ranks.py" in t["cmdline"])
+    assert "\\x1b[31m\\x0afake line" in cmd
+    assert len(r.stdout.splitlines()) > 3
+
+
+def test_gpus_held_by_the_ranks_from_nvml(clean_cluster, tmp_path):
+    """NVML faked at the pynvml boundary: n1's GPU is idle, the others busy; each
+    rank's GPU is found by its pid in NVML's process list."""
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    pids = {}
+    for p in psutil.process_iter(["cmdline", "environ"]):
+        cmd = p.info["cmdline"] or []
+        if cmd and cmd[0] == sys.executable and f"{tmp_path}/ranks.py" in cmd:
+            pids[p.pid] = (p.info["environ"] or {})["SLURMD_NODENAME"]
+    assert len(pids) == 3
+    gpus = [{"pci": f"00000000:{0x3b + i:02X}:00.0", "uuid": f"GPU-{i}", "name": "NVIDIA H100",
+             "utilization": 0 if node == "n1" else 100, "memory_used": 8 << 30,
+             "processes": [[pid, 8 << 30]]} for i, (pid, node) in enumerate(sorted(pids.items(), key=lambda kv: kv[1]))]
+    scenario = tmp_path / "nvml.json"
+    scenario.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
+    env = config(tmp_path, cluster)
+    env.update(PYTHONPATH=str(ROOT / "tests" / "fake_nvml"), FAKE_NVML_SCENARIO=str(scenario))
+    r, _ = diagnose(env, job, "--no-stacks")
+    assert r.returncode == 0, r.stderr
+    # Every node sees the one fake "machine": each rank holds exactly its own GPU.
+    assert "GPU0 on n1 idle, 2 GPUs busy" in r.stdout.splitlines()[1]
+    d = json.loads(diagnose(env, job, "--json", "--no-stacks")[0].stdout)
+    held = {t["rank"]: t["gpus"] for rep in d["reports"] for t in rep["tasks"] if t["rank"] is not None}
+    assert held["1"] == [{"index": 1, "utilization": 100, "used_mib": 8192, "status": "ok"}]
+
+
+def test_unknown_and_ended_jobs_are_clear_errors(clean_cluster, tmp_path):
+    env = config(tmp_path, clean_cluster)
+    r, _ = diagnose(env, 999999999)
+    assert r.returncode == 1 and "job 999999999 is not known to Slurm" in r.stderr
+    r, _ = diagnose(env, "12x")
+    assert r.returncode == 2 and "'12x' is not a job id" in r.stderr
