@@ -229,6 +229,10 @@ class DiagnoseConfig:
     stacks: bool = setting(True, kind="bool",
                            doc="Read Python stacks with `py-spy dump --nonblocking` where py-spy "
                            "is installed (it never stops the job).")
+    pyspy: str = setting("auto",
+                         doc="py-spy on the nodes: `auto` (next to this Python, then /usr/local/bin, "
+                         "/usr/bin, /opt/slurm-hooks/bin), a path, or `off`. Without it the report "
+                         "says there are no Python stacks and why.")
     collector: list = setting([], kind="strlist",
                               doc="Command that runs `job-report` on the nodes, as a list "
                               "(`[/opt/slurm-hooks/bin/slurm-hooks]`). Default: this Python with "

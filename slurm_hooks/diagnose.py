@@ -118,7 +118,8 @@ def default_collector() -> list[str]:
 def step_env(slurm) -> dict:
     """The caller's environment without the variables of a job it may itself run in
     (srun would read SLURM_JOB_ID and friends as options), with Slurm's own settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_"))}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k.startswith("SLURM_HOOKS_")}
     env.update(slurm.env)
     env["PATH"] = slurm.env["PATH"]
     return env
@@ -444,14 +445,18 @@ def record(cfg, d: Diagnosis) -> list[str]:
 
 def capture(cfg, job: str) -> str:
     """The health check's job-wide picture before a requeue: one line, or "" when it
-    is switched off or Slurm cannot run a step (never an exception, never past the
-    configured deadline)."""
+    is switched off or Slurm cannot run a step (no srun, slurmctld unreachable, the
+    job already gone). Never an exception, never past the configured deadline."""
     if not cfg.diagnose.on_requeue:
         return ""
     try:
         d = diagnose(cfg, job, cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
+    except DiagnoseError:
+        return ""
     except Exception as e:          # the requeue must go on whatever happened here
         return f"job-wide picture not taken: {one_line(str(e))[:200]}"
+    if not d.reports:
+        return ""                   # no step ran anywhere: nothing learnt
     return f"job-wide: {d.summary}"
 
 

@@ -134,6 +134,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
         actions.append(resume)
     from .slurm import Slurm
     slurm = None if dry_run else Slurm(cfg.slurm)
+    if not dry_run:
+        _job_picture(cfg, actions)
     held = _breaker(cfg, node, actions, slurm, dry_run, state)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age)
@@ -174,6 +176,20 @@ def _prolog_actions(actions, state, dry_run: bool) -> list[ActionResult]:
         return [ActionResult(a, "dry-run", "dry run: not done") for a in drains]
     return [ActionResult(a, "deferred", "set by a detached helper once Slurm has drained the node")
             for a in drains]
+
+
+def _job_picture(cfg, actions) -> None:
+    """Before a job is requeued, the job-wide picture (diagnose.py) joins the diagnosis
+    recorded on it, so the post-mortem shows what the other ranks were doing."""
+    jobs = sorted({a.job for a in actions if a.kind == "requeue" and a.job})
+    if not jobs:
+        return
+    from .diagnose import capture
+    for job in jobs:
+        line = capture(cfg, job)
+        for a in actions:
+            if line and a.job == job and a.kind in ("comment", "requeue"):
+                a.text = f"{a.text}; {line}" if a.text else line
 
 
 def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state) -> list:

@@ -95,9 +95,20 @@ class NodeReport:
         return asdict(self)
 
 
-def find_pyspy() -> str | None:
-    """py-spy next to this Python (a virtualenv install), else in the usual places.
-    HealthCheckProgram and srun steps may run without PATH, so none is relied on."""
+def find_pyspy(setting: str = "auto") -> tuple[str | None, str]:
+    """(py-spy's path or None, why none). `auto`: next to this Python (a virtualenv
+    install), else in the usual places; HealthCheckProgram and srun steps may run
+    without PATH, so none is relied on. A path: that program. `off`: none."""
+    if setting == "off":
+        return None, "Python stacks are switched off here (diagnose.pyspy: off)"
+    if setting != "auto":
+        if os.access(setting, os.X_OK):
+            return setting, ""
+        return None, f"py-spy not found at {printable(setting)} (diagnose.pyspy): no Python stacks"
+    return _search_pyspy(), "py-spy is not installed here: no Python stacks (pip install py-spy)"
+
+
+def _search_pyspy() -> str | None:
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(here, os.X_OK):
         return here
@@ -221,7 +232,7 @@ def _pyspy(pyspy: str, pid: int, timeout: float) -> tuple[dict[int, tuple[str, l
 
 
 def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
-            deadline: float = 15.0, proc: str = procfs.PROC) -> NodeReport:
+            deadline: float = 15.0, proc: str = procfs.PROC, pyspy_setting: str = "auto") -> NodeReport:
     started = time.monotonic()
     report = NodeReport(node=node, job=job)
     found = job_tasks(job, node, proc)
@@ -276,17 +287,17 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             if s is not None and (pid, t.tid) in first:
                 t.progress = s.switches != first[(pid, t.tid)] or s.state == "R"
 
-    pyspy = find_pyspy() if stacks else None
+    pyspy, why = find_pyspy(pyspy_setting) if stacks else (None, "")
     report.pyspy = pyspy or ""
     if stacks and pyspy is None:
-        report.notes.append("py-spy is not installed here: no Python stacks (pip install py-spy)")
+        report.notes.append(why)
     for pid, info in infos.items():
         if not stacks:
             info.stacks = "not asked for"
         elif not info.python:
             info.stacks = "not a Python process"
         elif pyspy is None:
-            info.stacks = "py-spy not installed"
+            info.stacks = "no py-spy"
         else:
             left = deadline - (time.monotonic() - started) - 1.0
             if left <= 0.2:
@@ -362,7 +373,8 @@ def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: 
         print(f"slurm-hooks job-report: {printable(job)!r} is not a job id (a number)", file=sys.stderr)
         return 2
     node = node or node_name(cfg)
-    report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline)
+    report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline,
+                     pyspy_setting=cfg.diagnose.pyspy)
     if as_json:
         # One line: diagnose reads one JSON document per node from srun's labelled output.
         print(json.dumps(report.to_json(), separators=(",", ":"), ensure_ascii=True))

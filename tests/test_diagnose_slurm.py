@@ -262,3 +262,55 @@ def test_unknown_and_ended_jobs_are_clear_errors(clean_cluster, tmp_path):
     assert r.returncode == 1 and "job 999999999 is not known to Slurm" in r.stderr
     r, _ = diagnose(env, "12x")
     assert r.returncode == 2 and "'12x' is not a job id" in r.stderr
+
+
+def test_without_py_spy_the_report_says_so(clean_cluster, tmp_path):
+    cluster = clean_cluster
+    job = start_job(cluster, tmp_path, LOCK_RANKS, [])
+    r, _ = diagnose(config(tmp_path, cluster, pyspy=str(tmp_path / "no-such-py-spy")), job)
+    assert r.returncode == 0, r.stderr
+    # The kernel's view still tells the odd rank apart.
+    assert r.stdout.splitlines()[1].strip().startswith("rank 1 on n2 is waiting in futex() at ")
+    for node in ("n1", "n2", "n3"):
+        assert f"note: {node}: py-spy not found at {tmp_path}/no-such-py-spy (diagnose.pyspy): " \
+               "no Python stacks" in r.stdout
+
+
+STUCK_RANKS = """
+import os, sys, time
+hung, barrier = sys.argv[1], sys.argv[2]
+rank = int(os.environ["SLURM_PROCID"])
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 0:
+    with open(os.path.join(hung, "main_log.txt"), "a") as log:   # never returns
+        log.write("step 1000\\n")
+else:
+    while True:
+        time.sleep(0.2)
+"""
+
+
+def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_cluster, hung_mount, tmp_path):
+    from helpers import write_node_configs
+    cluster = clean_cluster
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(STUCK_RANKS)
+    job = cluster.sbatch("-N3", "--requeue", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        f"srun -N3 --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {hung_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= 3, 30, what="all ranks started")
+    wrapper = write_node_configs(tmp_path, cluster, {}, {
+        "filesystems": [{"path": str(tmp_path)}],
+        "stuck_tasks": {"grace": 2, "sample_window": 0.5},
+        "diagnose": {"on_requeue_timeout": 10}})
+    cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=3\nHealthCheckNodeState=ANY\n")
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 40, what="job requeued")
+    comment = cluster.show_job(job)["AdminComment"]
+    assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
+    assert (f"; job-wide: rank 0 on n1 is in openat() on {hung_mount.path}/main_log.txt "
+            "(fuse.fusefs, D, no progress) from <module> (ranks.py); ranks 1-2 on n2,n3 waiting in "
+            "<module> (ranks.py) (2 of 3)") in comment
+    sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
+    requeue = next(a for a in sick["actions"] if a["kind"] == "requeue")
+    assert requeue["outcome"] == "done" and "job-wide: rank 0 on n1 is in openat()" in requeue["text"]
