@@ -6,19 +6,37 @@ complete stop. Before draining, the cluster is asked how many nodes slurm-hooks
 already drained; at the limit (`policy.max_drained_nodes`, or the share
 `policy.max_drained_fraction`, whichever is larger) new drains are only reported, loudly,
 and many nodes drained for the same cause are reported as one outage.
+
+Checking first is not enough: slurmd starts every node's health check at the same
+moment (no CYCLE), so during one outage all of them read "0 drained" and all drain.
+So a node that has just drained itself reads the cluster again, and when more nodes
+are drained by slurm-hooks than the limit allows, the ones beyond the limit in one
+stable order (earliest reason stamp, then node name) step back: each resumes itself
+(only its own drain, with our prefix) and reports the drain as held. Every node
+computes the same order from the same reasons, so no coordination is needed; a node
+that read the cluster before the others had drained finds out on its next run.
+
+Cost to slurmctld: the view is one `scontrol show node` (one RPC; the drained
+nodes' reasons and stamps come with it), the drain one, the re-read one; the
+view primes the node lookup the drain would otherwise make.
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from .slurm import node_is_drained, parse_oneliner, strip_reason_stamp
+
+_STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
 
 
 @dataclass
 class ClusterView:
     total: int
     ours: dict = field(default_factory=dict)     # node -> our reason, for nodes we drained
+    stamps: dict = field(default_factory=dict)   # node -> when its reason was set (Slurm's stamp)
+    infos: dict = field(default_factory=dict)    # node -> `scontrol show node` fields
 
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
@@ -29,10 +47,39 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
             continue
         info = parse_oneliner(line)
         view.total += 1
-        reason = strip_reason_stamp(info.get("Reason", ""))
+        view.infos[info["NodeName"]] = info
+        raw = info.get("Reason", "")
+        reason = strip_reason_stamp(raw)
         if node_is_drained(info) and reason.startswith(prefix):
             view.ours[info["NodeName"]] = reason[len(prefix):].strip()
+            m = _STAMP.search(raw)
+            view.stamps[info["NodeName"]] = m.group(1) if m else ""
     return view
+
+
+def _natural(name: str) -> list:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def keepers(view: ClusterView, policy) -> list[str] | None:
+    """The nodes drained by us that keep their drain, in the stable order every node
+    computes alike; None when there is no limit or the count is within it."""
+    cap = limit(view, policy)
+    if cap is None or len(view.ours) <= cap:
+        return None
+    order = sorted(view.ours, key=lambda n: (view.stamps.get(n, ""), _natural(n)))
+    return order[:cap]
+
+
+def step_back(view: ClusterView, node: str, policy) -> str | None:
+    """Why `node`, drained by us, must resume itself (beyond the limit in the stable
+    order), or None when it keeps its drain."""
+    keep = keepers(view, policy)
+    if keep is None or node not in view.ours or node in keep:
+        return None
+    return (f"drain-storm breaker: {len(view.ours)} nodes drained by slurm-hooks at once, over the "
+            f"limit {limit(view, policy)} of {view.total}; {node} stepped back (kept: "
+            f"{', '.join(keep[:8])}{', ...' if len(keep) > 8 else ''})")
 
 
 def cause_of(reason: str) -> str:

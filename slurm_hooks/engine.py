@@ -141,6 +141,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age)
     results = [ActionResult(a, "held", why) for a, why in held]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger)
+    if held == [] and not dry_run:
+        results = _breaker_recheck(cfg, node, results, slurm, state)
 
     if not dry_run:
         state.save(LEDGER, _refresh_ledger(ledger, findings))
@@ -205,9 +207,44 @@ def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state) -> list:
         view = cluster_view(slurm, cfg.reason_prefix)
     except SlurmError:
         return []              # no view: the drain itself will fail and be spooled
+    from .breaker import step_back
+    back = step_back(view, node, cfg.policy)
+    if back:
+        # Drained in a storm by a run that read the cluster before the others drained.
+        try:
+            slurm.resume(node)
+        except SlurmError:
+            return []
+        state.save("breaker", {"open": True, "why": back, "at": time.time()})
+        return [(a, back) for a in risky]
+    if node in view.infos:
+        slurm.prime_node(view.infos[node])      # the drain's own node lookup: no second RPC
     why = None if node in view.ours else verdict(view, node, cfg.policy)
     state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
     return [(a, why) for a in risky] if why else []
+
+
+def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
+    """Simultaneous health checks all pass the breaker's check, then all drain: after
+    our own drain, read the cluster again and step back when beyond the limit in the
+    breaker's stable order (breaker.py)."""
+    from .actions import DONE
+    from .breaker import cluster_view, step_back
+    from .slurm import SlurmError
+    drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
+               and r.outcome == DONE and not r.action.replace_only]
+    if not drained:
+        return results
+    try:
+        why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
+        if why:
+            slurm.resume(node)
+    except SlurmError:
+        return results          # the drain stands; the next run re-reads
+    if not why:
+        return results
+    state.save("breaker", {"open": True, "why": why, "at": time.time()})
+    return [ActionResult(r.action, "held", why) if r in drained else r for r in results]
 
 
 def _identity(a) -> tuple:

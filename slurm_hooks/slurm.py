@@ -97,6 +97,7 @@ class Slurm:
         self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
         self.env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}
         self.down: str | None = None       # set once slurmctld failed to answer
+        self._primed: dict[str, dict] = {}  # node fields a caller has just read (used once)
         conf = cfg.conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -136,7 +137,15 @@ class Slurm:
         line = next((ln for ln in out.splitlines() if ln.startswith(head)), None)
         return parse_oneliner(line) if line else None
 
+    def prime_node(self, info: dict[str, str]) -> None:
+        """Fields of a node just read by a wider query (the breaker's cluster view):
+        the next show_node of it answers from them instead of asking slurmctld again."""
+        self._primed[info["NodeName"]] = info
+
     def show_node(self, node: str) -> dict[str, str] | None:
+        primed = self._primed.pop(node, None)
+        if primed is not None:
+            return primed
         return self._show("node", node, f"node {node.lower()} not found")
 
     def show_job(self, job: str) -> dict[str, str] | None:
