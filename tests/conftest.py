@@ -29,3 +29,20 @@ def clean_cluster(cluster):
     cluster.reset()
     yield cluster
     cluster.reset()
+
+
+SCALE_NODES = tuple(f"s{i}" for i in range(1, 33))
+
+
+@pytest.fixture(scope="module")
+def cluster32(tmp_path_factory):
+    """A second, separate Slurm cluster of 32 slurmd (s1..s32) on this one host, for
+    the scale tests only; its own names, ports and cgroups, so it runs beside
+    ``cluster``. Started per module and stopped after it (32 slurmd hold memory)."""
+    slurm = SlurmCluster(tmp_path_factory.mktemp("slurm32"), nodes=SCALE_NODES,
+                         start_timeout=180.0, cluster_name="hooks32")
+    try:
+        slurm.start()
+        yield slurm
+    finally:
+        slurm.stop()

@@ -1,0 +1,123 @@
+"""Scale, on a 32-node test cluster (32 `slurmd -N` on this host): `diagnose` of a
+32-node job names the one odd rank within 10 s; 32 simultaneous health checks during
+one filesystem outage drain no more nodes than the breaker allows, `status` shows one
+outage, and each failing run costs slurmctld at most a few RPCs (counted with sdiag)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from helpers import BIN, SLURM_HOOKS
+
+pytestmark = [pytest.mark.cluster, pytest.mark.scale]
+
+RANKS = """
+import os, sys, threading, time
+barrier = sys.argv[1]
+rank = int(os.environ["SLURM_PROCID"])
+lock = threading.Lock()
+lock.acquire()
+
+def take_checkpoint_lock():
+    lock.acquire()
+
+def wait_in_barrier():
+    while True:
+        time.sleep(1)
+
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == 17:
+    take_checkpoint_lock()
+else:
+    wait_in_barrier()
+"""
+
+
+def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_path):
+    cluster = cluster32
+    n = len(cluster.nodes)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "ranks.py").write_text(RANKS)
+    job = cluster.sbatch(f"-N{n}", "-o", str(tmp_path / "job.out"), script=(
+        f"#!/bin/sh\nsrun -N{n} --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {barrier}\n"))
+    try:
+        cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 90, what="all ranks started")
+        conf = tmp_path / "diag.yaml"
+        conf.write_text(yaml.safe_dump({"journal": str(tmp_path / "j.jsonl"), "state_dir": str(tmp_path / "st"),
+                                        "slurm": {"conf": str(cluster.conf_path)}}))
+        env = {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)}
+        t0 = time.monotonic()
+        r = subprocess.run([str(SLURM_HOOKS), "diagnose", str(job), "--timeout", "10"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert took < 10, took
+        summary = r.stdout.splitlines()[1].strip()
+        assert summary.startswith("rank 17 on s18 is waiting in take_checkpoint_lock (ranks.py)"), r.stdout
+        assert "ranks 0-16,18-31 on s1,s2,s3,... (31 nodes) waiting in wait_in_barrier (ranks.py)" in summary
+        assert "(31 of 32)" in summary
+    finally:
+        cluster.cancel_all()
+
+
+def sdiag_rpcs(cluster) -> dict[str, int]:
+    """Per-RPC counts from `sdiag` ("REQUEST_NODE_INFO ( 2007) count:12 ...")."""
+    out = cluster.run("sdiag").stdout
+    part = out.split("Remote Procedure Call statistics by message type", 1)[-1]
+    part = part.split("Remote Procedure Call statistics by user", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", part, re.M)}
+
+
+def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32, hung_mount, tmp_path):
+    cluster = cluster32
+    limit = 3
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    for node in cluster.nodes:
+        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
+            "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
+            "slurm": {"conf": str(cluster.conf_path), "timeout": 20},
+            "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read"}],
+            "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
+            "prometheus_textfile_dir": None, "syslog": False,
+            "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
+    cluster.run("sdiag", "-r")
+    before = sdiag_rpcs(cluster)
+    # Started at the same moment, as slurmd starts HealthCheckProgram without CYCLE.
+    procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={"SLURMD_NODENAME": node, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{node}.yaml")})
+             for node in cluster.nodes]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    after = sdiag_rpcs(cluster)
+    try:
+        drained = [n for n, info in cluster.show_nodes().items() if "DRAIN" in info.get("State", "")]
+        assert 2 <= len(drained) <= limit, (drained, outs[:2])
+        # Every node's run failed and says so; the ones not drained say the breaker held them.
+        runs = [json.loads(line) for node in cluster.nodes
+                for line in (tmp_path / f"journal-{node}.jsonl").read_text().splitlines()
+                if json.loads(line).get("event") == "run"]
+        assert len(runs) == len(cluster.nodes) and all(r["status"] == "unhealthy" for r in runs)
+        held = [r for r in runs if any(a["kind"] == "drain" and a["outcome"] == "held" for a in r["actions"])]
+        assert len(held) == len(cluster.nodes) - len(drained)
+        # `status` shows one outage naming the filesystem.
+        st = subprocess.run([str(SLURM_HOOKS), "status"], env={
+            "SLURM_HOOKS_CONFIG": str(conf_dir / "s1.yaml"), "PATH": "/usr/bin:/bin"},
+            capture_output=True, text=True, timeout=60).stdout
+        assert st.count("OUTAGE") == 1 and f"fs {hung_mount.path}: OUTAGE on {len(drained)} nodes" in st, st
+        # What slurmctld paid: the RPCs of these 32 runs (sdiag itself excluded).
+        spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if k != "REQUEST_STATS_INFO"}
+        total = sum(v for v in spent.values() if v > 0)
+        print(f"RPCS {total} for {len(cluster.nodes)} failing runs: {spent}")
+        # A held run reads the cluster (node + partition info: 2 RPCs); a run that drains
+        # also drains (1) and re-reads (2). Far below one full read per node and more.
+        assert total <= 3 * len(cluster.nodes), spent
+    finally:
+        cluster.resume_all()
