@@ -247,7 +247,12 @@ def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
         top = [_frame_key(f) for f in main["frames"][:3]]
         detail.append(f"thread {main['tid']} {main.get('name') or main.get('comm', '')}: "
                       + " < ".join(main["frames"][:4]))
-        return ("py", *top), f"{activity} in {' < '.join(top)}", False, detail
+        # Frames without line numbers cannot tell a rank on a lock from one asleep a
+        # line further down: a waiting thread's system call can.
+        call = main.get("syscall") or ""
+        call = call if activity == "waiting" and call not in ("running", "page fault") else ""
+        what = f"{activity} in {' < '.join(top)}" + (f", in {call}()" if call else "")
+        return ("py", activity, call, *top), what, False, detail
     if main is None:
         return ("gone",), "gone (no threads left)", False, detail
     call = main.get("syscall") or ""

@@ -310,7 +310,31 @@ def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_c
     assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
     assert (f"; job-wide: rank 0 on n1 is in openat() on {hung_mount.path}/main_log.txt "
             "(fuse.fusefs, D, no progress) from <module> (ranks.py); ranks 1-2 on n2,n3 waiting in "
-            "<module> (ranks.py) (2 of 3)") in comment
+            "<module> (ranks.py), in clock_nanosleep() (2 of 3)") in comment
     sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
     requeue = next(a for a in sick["actions"] if a["kind"] == "requeue")
     assert requeue["outcome"] == "done" and "job-wide: rank 0 on n1 is in openat()" in requeue["text"]
+
+
+SAME_FUNCTION = """
+import os, sys, threading, time
+barrier = sys.argv[1]
+lock = threading.Lock()
+lock.acquire()
+open(os.path.join(barrier, "started." + os.environ["SLURM_PROCID"]), "w").close()
+if os.environ["SLURM_PROCID"] == "2":
+    lock.acquire()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_same_function_told_apart_by_what_the_thread_waits_for(clean_cluster, tmp_path):
+    """Rank 2 hangs on a lock one line above where the others sleep: the same frames
+    without line numbers, told apart by the system call the thread waits in."""
+    job = start_job(clean_cluster, tmp_path, SAME_FUNCTION, [])
+    r, _ = diagnose(config(tmp_path, clean_cluster), job)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1].strip() == (
+        "rank 2 on n3 is waiting in <module> (ranks.py), in futex(); ranks 0-1 on n1,n2 waiting in "
+        "<module> (ranks.py), in clock_nanosleep() (2 of 3)"), r.stdout

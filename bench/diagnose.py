@@ -1,0 +1,143 @@
+"""Benchmarks for `slurm-hooks diagnose` and the drain-storm breaker (figures go to
+BENCHMARKS.md).
+
+1. 3-node test cluster, a 3-rank job (one rank on a never-released lock): diagnose
+   wall time with and without stacks (median of 5); with n3's slurmd stopped
+   (SIGSTOP) and --timeout 5. Targets: <= 3 s without stacks; <= timeout + 2 s.
+2. 32-node test cluster (32 `slurmd -N` here), a 32-rank job: diagnose wall time
+   (median of 3). Target: < 10 s, the odd rank named.
+3. The same 32 nodes, one filesystem outage (a required mount missing on every node),
+   32 health checks started at the same moment: nodes drained against the breaker's
+   limit (3), and slurmctld RPCs by type from `sdiag` (reset before).
+
+Run as root from the repository (needs the Slurm test-cluster packages, see tests/run.sh):
+    .venv/bin/python bench/diagnose.py
+"""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+BIN = Path(sys.executable).parent
+
+RANKS = """
+import os, sys, threading, time
+lock = threading.Lock(); lock.acquire()
+open(os.path.join(sys.argv[1], "started." + os.environ["SLURM_PROCID"]), "w").close()
+if os.environ["SLURM_PROCID"] == sys.argv[2]:
+    lock.acquire()
+while True:
+    time.sleep(1)
+"""
+
+
+def start_job(cluster, tmp: Path, odd: int) -> int:
+    n = len(cluster.nodes)
+    barrier = tmp / f"barrier-{cluster.cluster_name}"
+    barrier.mkdir()
+    (tmp / "ranks.py").write_text(RANKS)
+    job = cluster.sbatch(f"-N{n}", "-o", "/dev/null", script=(
+        f"#!/bin/sh\nsrun -N{n} --ntasks-per-node=1 {sys.executable} {tmp}/ranks.py {barrier} {odd}\n"))
+    cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 120, what="ranks started")
+    return job
+
+
+def diagnose(cluster, tmp: Path, job: int, *args) -> tuple[float, str]:
+    conf = tmp / f"{cluster.cluster_name}.yaml"
+    conf.write_text(yaml.safe_dump({"journal": str(tmp / "j.jsonl"), "state_dir": str(tmp / "st"),
+                                    "slurm": {"conf": str(cluster.conf_path)}}))
+    t0 = time.perf_counter()
+    r = subprocess.run([str(BIN / "slurm-hooks"), "diagnose", str(job), *args], capture_output=True,
+                       text=True, env={"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)})
+    return time.perf_counter() - t0, r.stdout.splitlines()[1].strip() if r.stdout.count("\n") > 1 else r.stdout
+
+
+def median(cluster, tmp, job, runs, *args) -> str:
+    times, line = [], ""
+    for _ in range(runs):
+        t, line = diagnose(cluster, tmp, job, *args)
+        times.append(t)
+    return f"{statistics.median(times):.2f} s (min {min(times):.2f}, max {max(times):.2f}); {line[:120]}"
+
+
+def sdiag(cluster) -> dict[str, int]:
+    out = cluster.run("sdiag").stdout
+    part = out.split("by message type", 1)[-1].split("by user", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", part, re.M)}
+
+
+def storm(cluster, tmp: Path, limit: int = 3) -> None:
+    conf_dir = tmp / "storm"
+    conf_dir.mkdir()
+    for node in cluster.nodes:
+        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
+            "state_dir": str(tmp / "state"), "journal": str(tmp / f"journal-{node}.jsonl"),
+            "slurm": {"conf": str(cluster.conf_path), "timeout": 20}, "syslog": False,
+            "prometheus_textfile_dir": None, "gpu": {"enabled": "false"}, "stuck_tasks": {"enabled": False},
+            "filesystems": [{"path": "/gpfs-bench", "mountpoint": "/gpfs-bench", "required": True}],
+            "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
+    cluster.run("sdiag", "-r")
+    before = sdiag(cluster)
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              env={"SLURMD_NODENAME": n, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{n}.yaml")})
+             for n in cluster.nodes]
+    for p in procs:
+        p.wait()
+    took = time.perf_counter() - t0
+    after = sdiag(cluster)
+    spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if k != "REQUEST_STATS_INFO"}
+    spent = {k: v for k, v in spent.items() if v > 0}
+    drained = [n for n, i in cluster.show_nodes().items() if "DRAIN" in i.get("State", "")]
+    total = sum(spent.values())
+    print(f"storm: {len(cluster.nodes)} simultaneous failing health checks in {took:.1f} s; "
+          f"drained {len(drained)} (limit {limit}): {drained}; slurmctld RPCs {total} "
+          f"({total / len(cluster.nodes):.2f} per run): {spent}")
+    cluster.resume_all()
+
+
+def main() -> None:
+    from slurmcluster import SlurmCluster
+    with tempfile.TemporaryDirectory(prefix="bench-diag-") as t:
+        tmp = Path(t)
+        c3 = SlurmCluster(tmp / "c3", nodes=("b1", "b2", "b3"), cluster_name="bench3")
+        c3.start()
+        try:
+            job = start_job(c3, tmp, odd=1)
+            print("3 nodes, no stacks:", median(c3, tmp, job, 5, "--no-stacks"))
+            print("3 nodes, stacks:   ", median(c3, tmp, job, 5))
+            os.kill(c3.pids["b3"], signal.SIGSTOP)
+            try:
+                print("3 nodes, b3 stopped, --timeout 5:", median(c3, tmp, job, 1, "--timeout", "5", "--no-stacks"))
+            finally:
+                os.kill(c3.pids["b3"], signal.SIGCONT)
+            c3.cancel_all()
+        finally:
+            c3.stop()
+        c32 = SlurmCluster(tmp / "c32", nodes=[f"b{i}" for i in range(1, 33)], cluster_name="bench32",
+                           start_timeout=180)
+        c32.start()
+        try:
+            job = start_job(c32, tmp, odd=17)
+            print("32 nodes, no stacks:", median(c32, tmp, job, 3, "--no-stacks"))
+            print("32 nodes, stacks:   ", median(c32, tmp, job, 3))
+            c32.cancel_all()
+            storm(c32, tmp)
+        finally:
+            c32.stop()
+
+
+if __name__ == "__main__":
+    main()
