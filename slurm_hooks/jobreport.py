@@ -366,6 +366,16 @@ def _gpus(report: NodeReport, infos: dict[int, TaskInfo], o) -> None:
         report.gpus.append(entry)
 
 
+def gpus_held(pids: list[int], timeout: float = NVML_TIMEOUT) -> tuple[dict[int, list[dict]], list[str]]:
+    """pid -> the GPUs it holds (index, utilisation, memory), from NVML in a child;
+    and what went wrong, if anything."""
+    outcome = Runner().run([Task("jobreport:nvml", _nvml, (), timeout)])["jobreport:nvml"]
+    report = NodeReport(node="", job="")
+    infos = {p: TaskInfo(pid=p, ppid=0, comm="", uid=-1, step=None, local_task=None) for p in pids}
+    _gpus(report, infos, outcome)
+    return {p: i.gpus for p, i in infos.items()}, report.notes
+
+
 def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: bool,
          deadline: float) -> int:
     from .engine import node_name
