@@ -105,7 +105,8 @@ def render(record, counters: dict, last_success: float | None, drained: str | No
         out.append(f"# HELP {name} {text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples[name]:
-            out.append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
+            # repr: every digit. `:g` kept six, which put timestamps up to ~80 min off.
+            out.append(f"{name}{_labels(labels)} {value!r}" if isinstance(value, float) else
                        f"{name}{_labels(labels)} {value}")
     return "\n".join(out) + "\n"
 
