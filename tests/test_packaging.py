@@ -201,23 +201,16 @@ def test_deb_contents(deb):
         ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
 
 
-LINTIAN_OVERRIDES = {"slurm-hooks: non-standard-dir-perm 0700 != 0755 [var/lib/slurm-hooks/]",
-                     "slurm-hooks: non-standard-dir-perm 0750 != 0755 [var/log/slurm-hooks/]"}
-
-
 def test_deb_passes_lintian(deb):
     """No error, warning or info from lintian; the deliberate directory modes are
     overridden with their reasons (packaging/debian/slurm-hooks.lintian-overrides), and
     an override that no longer matches shows as unused-override and fails too."""
     need("lintian", "lintian")
     t = time.monotonic()
-    r = run(["lintian", "--fail-on", "error,warning", "--display-info", "--show-overrides", deb],
-            check=False, timeout=300)
+    r = run(["lintian", "--fail-on", "error,warning", "--display-info", deb], check=False, timeout=300)
     TIMINGS["lintian"] = f"{time.monotonic() - t:.1f}s"
     tags = [line for line in r.stdout.splitlines() if re.match(r"[EWIXP]: ", line)]
-    overridden = {line[3:] for line in r.stdout.splitlines() if line.startswith("O: ")}
     assert r.returncode == 0 and not tags, f"lintian {deb.name}:\n{r.stdout}{r.stderr}"
-    assert overridden == LINTIAN_OVERRIDES, overridden
 
 
 def installed(package: str) -> bool:
@@ -325,7 +318,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     need("man", "man-db")
     for name in PROGRAMS:
         r = run(["man", "-w", name], env=dict(os.environ, MANPATH="/usr/share/man"))
-        assert r.stdout.strip() == f"/usr/share/man/man8/{name}.8.gz", r.stdout
+        assert r.stdout.strip() == "/usr/share/man/man8/slurm-hooks.8.gz", (name, r.stdout)   # links resolved
     for page in ("slurm-hooks-healthcheck", "slurm-hooks.yaml"):
         r = run(["man", "--warnings", "-P", "cat", page], env=dict(os.environ, MANPATH="/usr/share/man",
                                                                       MANWIDTH="80", LC_ALL="C.UTF-8"))
@@ -389,7 +382,7 @@ def test_rpm_metadata(rpm):
     assert rpmq("-c", rpm).split() == ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
     listing = {}
     for line in rpmq("-lv", rpm).splitlines():
-        fields = line.split()
+        fields = line.split(" -> ")[0].split()          # a link: "PATH -> TARGET"
         listing[fields[-1]] = fields[0]
     for name in PROGRAMS:
         assert listing.get(f"/usr/sbin/{name}") == "-rwxr-xr-x", name
