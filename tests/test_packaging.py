@@ -239,9 +239,9 @@ def taken_over():
         if run(["dpkg-query", "-W", "slurm-hooks"], check=False).returncode == 0:
             run(["dpkg", "--purge", "slurm-hooks"], check=False)     # also after a failure
         for p in TAKEN_OVER:
+            if os.path.lexists(p):
+                shutil.rmtree(p)        # what the test installed (install.sh, or a failed purge)
             if p in moved:
-                if os.path.lexists(p):
-                    shutil.rmtree(p)
                 os.rename(p + tag, p)
 
 
@@ -351,6 +351,31 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     for p in ("/usr/sbin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
               *MAN_LINKS, *TAKEN_OVER):
         assert not os.path.lexists(p), f"{p} left after purge"
+
+
+# --- install.sh -------------------------------------------------------------------------
+
+def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
+    """The virtual-environment install, into scratch places: the program, the man pages
+    (found by man through MANPATH, rendered without a warning), the completion, the
+    rules and the dashboard, the configuration and the private directories."""
+    prefix, mandir, completions = tmp_path / "opt", tmp_path / "man", tmp_path / "completions"
+    env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions))
+    timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
+    r = run([prefix / "bin/slurm-hooks", "--version"])
+    assert r.stdout.strip() == f"slurm-hooks {VERSION}"
+    for name in PROGRAMS:
+        r = run(["man", "-w", name], env=dict(os.environ, MANPATH=str(mandir)))
+        assert r.stdout.strip() == str(mandir / "man8/slurm-hooks.8.gz"), (name, r.stdout)
+    r = run(["man", "--warnings", "-P", "cat", "slurm-hooks.yaml"],
+            env=dict(os.environ, MANPATH=str(mandir), MANWIDTH="80", LC_ALL="C.UTF-8"))
+    assert r.stderr == "" and "prometheus_textfile_dir" in r.stdout, r.stderr
+    assert "complete -F _slurm_hooks slurm-hooks" in (completions / "slurm-hooks").read_text()
+    for rel in ("share/slurm-hooks/prometheus/slurm-hooks-rules.yml", "share/slurm-hooks/grafana/slurm-hooks.json"):
+        assert (prefix / rel).read_bytes() == (ROOT / "packaging" / rel.split("/", 2)[2]).read_bytes(), rel
+    assert Path("/etc/slurm-hooks/slurm-hooks.yaml").read_text() == (ROOT / "conf/slurm-hooks.yaml").read_text()
+    assert stat.S_IMODE(os.stat("/var/lib/slurm-hooks").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat("/var/log/slurm-hooks").st_mode) == 0o750
 
 
 # --- RPM --------------------------------------------------------------------------------
