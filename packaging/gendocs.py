@@ -248,8 +248,8 @@ def manpage_cli(parser=None) -> str:
         ".TP", _b("SLURM_JOB_ID, SLURM_JOB_UID, SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES"),
         roff("The job and its GPUs, as slurmd gives them to the prolog and epilog."),
         ".TP", _b("SLURM_CONF"),
-        roff("Passed on to scontrol; HealthCheckProgram gets none, so slurm.conf set in the "
-             "configuration (slurm.conf) is used first."),
+        roff("The slurm.conf scontrol reads. slurmd gives HealthCheckProgram none: set slurm.conf in "
+             "slurm-hooks.yaml(5) when slurm.conf is not in Slurm's default place."),
         ".PP",
         roff("The installed programs run Python with -I: PYTHON* variables, the user site and the "
              "current directory are ignored."),
