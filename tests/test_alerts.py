@@ -1,8 +1,9 @@
 """The Prometheus alerting rules (packaging/prometheus/slurm-hooks-rules.yml), checked
 and unit-tested with promtool on series the health check really wrote: a read-only
-filesystem on three nodes (an outage) and a missing mount on a fourth, a lost GPU
-(NVML faked at the pynvml module boundary), a job's task stuck in D on a hung FUSE
-mount, and, on the Slurm test cluster, a real drain and a drain the breaker held back.
+filesystem on three nodes (an outage) and a missing mount on a fourth, a GPU that needs
+a reset and a driver that does not answer (NVML faked at the pynvml module boundary), a
+job's task stuck in D on a hung FUSE mount, and, on the Slurm test cluster, a real drain
+and a drain the breaker held back.
 """
 from __future__ import annotations
 
