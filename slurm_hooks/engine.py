@@ -305,6 +305,7 @@ def _metrics(cfg, record: RunRecord) -> None:
     if record.hook == "healthcheck":
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir, record.node,
-                    render(record, counters, last_success.get(record.hook)))
+                    render(record, counters, last_success.get(record.hook),
+                           drained=state.load("drain").get("reason")))
         if err:
             record.warnings.append(err)
