@@ -239,3 +239,21 @@ def test_xid_table_classes_are_known():
         assert entry.cls in (xid.DRAIN, xid.RECORD, xid.WARN), n
         assert entry.bucket, n
 
+
+
+# --- 8. idle while busy: never a failure alone ----------------------------------------------
+def test_an_idle_gpu_alone_never_fails_joined_to_a_stuck_task_it_does():
+    from slurm_hooks.correlate import correlate
+
+    def idle(severity):
+        return Finding("gpu", "gpu 0 (0000:3b:00.0)", "idle_while_busy", severity,
+                       "gpu 0 (0000:3b:00.0) idle (0%, 70W) for 1200s while 7 other GPU(s) of job 7 are busy",
+                       evidence={"pids": [4242], "busy": list(range(1, 8)), "seconds": 1200.0}, job="7")
+    [alone] = correlate([idle("fail")])
+    assert alone.severity == "warn"
+    stuck = Finding("stuck_tasks", "pid 4242", "stuck", "warn", "job 7 rank 0 pid 4242 stuck 612s in write()",
+                    evidence={"pid": 4242}, job="7")
+    [joined] = correlate([stuck, idle("ok")])       # the idle GPU's window is not even over
+    assert joined is stuck and joined.severity == "fail"
+    assert joined.summary.endswith("; gpu 0 (0000:3b:00.0) idles because of it while 7 other GPU(s) of job 7 "
+                                   "are busy (the GPU is not the fault)")

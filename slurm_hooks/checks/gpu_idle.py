@@ -7,7 +7,8 @@ rollout GPUs in reinforcement learning, a data loader that stalls. So the sighti
 never drains and never touches the job:
 
 - each run that sees it records since when it has been seen without a break (a run that
-  does not see it, or a gap longer than the window between two runs, starts it over);
+  does not see it starts it over, and so does a gap of more than GAP seconds, or of the
+  window if longer, between two runs: nobody looked in between);
 - until it has lasted `gpu.idle.window` seconds it is reported as pending (severity ok),
   after that as a warning;
 - tied to a task of the same process stuck in D, correlate.py makes it one diagnosis
@@ -20,6 +21,7 @@ import time
 from ..model import OK, WARN, Finding
 
 NAME = "gpu"
+GAP = 600.0
 
 
 def idle_findings(ctx, idle_cfg, gpus: list[dict], jobs: dict) -> list[Finding]:
@@ -44,7 +46,7 @@ def idle_findings(ctx, idle_cfg, gpus: list[dict], jobs: dict) -> list[Finding]:
             key = g.get("uuid") or g.get("pci") or str(g["index"])
             last = history.get(key, {})
             since = float(last["since"]) if (last.get("job") == job and "since" in last
-                                             and now - float(last.get("last", 0)) <= idle_cfg.window) else now
+                                             and now - float(last.get("last", 0)) <= max(GAP, idle_cfg.window)) else now
             seen_now[key] = {"job": job, "since": since, "last": now}
             lasted = now - since
             ref, pids = jobs[g["index"]]
