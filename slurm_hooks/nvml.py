@@ -50,7 +50,10 @@ MAX_NVLINKS = 18
 # nvmlValueType_t -> the member of nvmlValue_t that holds a field value of that type.
 VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 
-QUIET = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NOT_FOUND", "NO_DATA", "NO_PERMISSION", "INVALID_ARGUMENT")
+# A Python exception, not an NVML error (noted on the GPU as a warning).
+UNREAD = "UNREAD"
+QUIET = ("NOT_SUPPORTED", "FUNCTION_NOT_FOUND", "NOT_FOUND", "NO_DATA", "NO_PERMISSION", "INVALID_ARGUMENT",
+         UNREAD)
 FATAL = {"GPU_IS_LOST": "lost", "RESET_REQUIRED": "reset_required"}
 # The newer version of a query is missing from this driver: ask the older one.
 MISSING = ("FUNCTION_NOT_FOUND", "ARGUMENT_VERSION_MISMATCH")
@@ -94,8 +97,9 @@ def collect(progress, processes: bool = True) -> dict:
 class _Caller:
     """One guarded NVML call at a time, reporting progress; errors sorted as above."""
 
-    def __init__(self, pynvml, progress, errors: list):
+    def __init__(self, pynvml, progress, errors: list, notes: list | None = None):
         self.pynvml, self.progress, self.errors = pynvml, progress, errors
+        self.notes = notes if notes is not None else []
         self.mismatch = getattr(pynvml, "NVMLLibraryMismatchError", ())
 
     def raw(self, label: str, fn_name: str, *args, **kw):
@@ -113,9 +117,14 @@ class _Caller:
             return None, name
         except self.mismatch:
             return None, "FUNCTION_NOT_FOUND"
-        except TypeError:
-            # An older pynvml without this argument (a version= keyword): not in this library.
-            return None, "FUNCTION_NOT_FOUND"
+        except Exception as e:
+            if isinstance(e, TypeError) and kw:
+                # An older pynvml without this keyword (version=): not in this library.
+                return None, "FUNCTION_NOT_FOUND"
+            # Not NVML's answer but pynvml's or ours (a struct it could not build): this
+            # one value is missing, said as a warning; never the whole reading.
+            self.notes.append(f"{label}: {type(e).__name__}: {e}")
+            return None, UNREAD
 
     def __call__(self, label: str, fn_name: str, *args, **kw):
         value, err = self.raw(label, fn_name, *args, **kw)
@@ -155,9 +164,9 @@ def _collect(progress, pynvml, processes: bool) -> dict:
     count = call("nvmlDeviceGetCount", "nvmlDeviceGetCount") or 0
     minors = _proc_minors()
     for i in range(count):
-        gpu: dict = {"index": i, "status": "ok", "errors": []}
+        gpu: dict = {"index": i, "status": "ok", "errors": [], "notes": []}
         out["gpus"].append(gpu)
-        one = _Caller(pynvml, progress, gpu["errors"])
+        one = _Caller(pynvml, progress, gpu["errors"], gpu["notes"])
         try:
             _one(pynvml, gpu, i, one, processes)
         except _Lost as e:

@@ -51,6 +51,18 @@ def test_an_unusable_gpu_frees_its_job_a_degraded_one_does_not(nvml):
     assert by_gpu["gpu 4"]["keep_job"] is True and by_gpu["gpu 4"]["needs_reboot"] is False
 
 
+def test_a_python_error_in_one_query_costs_that_value_only(nvml):
+    nvml.run()
+    sc = copy.deepcopy(nvml.scenario)
+    sc["gpus"][2]["errors"] = {"nvmlDeviceGetClockInfo": "exception:TypeError"}
+    sc["gpus"][3]["errors"] = {"*": "GPU_IS_LOST"}
+    rec = nvml.run(sc)
+    assert sorted(bad(rec)) == [
+        ("fail", "gpu 3 (0000:3e:00.0) lost (NVML: GPU is lost)"),
+        ("warn", "gpu 2 (0000:3d:00.0) value not read: gpu 2: nvmlDeviceGetClockInfo: TypeError: "
+                 "fake nvmlDeviceGetClockInfo failure")]
+
+
 def test_nvml_that_cannot_count_the_gpus_fails(nvml):
     sc = copy.deepcopy(nvml.scenario)
     sc["count_error"] = "UNKNOWN"

@@ -106,6 +106,8 @@ def health(cfg, g: dict, jobid: str | None, before: dict, last_xid: dict,
     if g.get("nvlink_down"):
         links = ", ".join(map(str, g["nvlink_down"]))
         fail("nvlink_down", f"NVLink {links} down ({g.get('nvlink_up', 0)} up)")
+    for note in g.get("notes") or []:
+        warn("unread", f"value not read: {note}")
     temp = g.get("temperature")
     if temp is not None and temp > cfg.temperature_warn:
         warn("hot", f"temperature {temp}C > {cfg.temperature_warn:g}C")

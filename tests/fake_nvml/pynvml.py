@@ -24,7 +24,8 @@ answers comes from the JSON scenario named by $FAKE_NVML_SCENARIO:
            "recovery_value_type": 1,                       # NVML_VALUE_TYPE_* the driver answers in
            "recovery_return": null | "UNKNOWN",            # the field's own nvmlReturn
            "processes": [[pid, used_bytes]], "mps_processes": [[pid, used_bytes]],
-           "errors": {"nvmlDeviceGetTemperature": "NOT_SUPPORTED", "*": "GPU_IS_LOST"}}]}
+           "errors": {"nvmlDeviceGetTemperature": "NOT_SUPPORTED", "*": "GPU_IS_LOST",
+                      "nvmlDeviceGetClockInfo": "exception:TypeError"}}]}
 
 A "*" error applies to every call on that GPU, its handle lookup included, as with a GPU
 that fell off the bus ("Unable to determine the device handle for GPU ...: Unknown Error").
@@ -193,6 +194,10 @@ def _call(call, handle, symbol=None):
     _maybe_hang(call, handle.index)
     errors = handle.gpu.get("errors", {})
     err = errors.get(call) or errors.get("*")
+    if err and err.startswith("exception:"):
+        # Not an NVML error: what pynvml itself raises when it cannot build a call's
+        # arguments or result (ctypes.ArgumentError, a TypeError, ...).
+        raise {"TypeError": TypeError, "ValueError": ValueError}[err.split(":", 1)[1]](f"fake {call} failure")
     if err:
         raise NVMLError(_code(err))
     return handle.gpu
