@@ -97,10 +97,14 @@ def _state(info: dict) -> str:
     return info.get("State", "?")
 
 
-def rebooted_by_us(info: dict, reason: str, prefix: str) -> bool:
-    """DOWN after the reboot slurm-hooks asked for (nextstate=DOWN, our reason)."""
-    return ("DOWN" in node_flags(info) and reason.startswith(prefix)
-            and reason.rstrip().endswith(REBOOT_COMPLETE))
+def rebooted_by_us(info: dict, reason: str, prefix: str, generic: str = "") -> bool:
+    """DOWN after the reboot slurm-hooks asked for (nextstate=DOWN, our reason).
+
+    `generic`: Slurm's reasons that may stand in for ours when we know we asked for the
+    reboot: the task that could not be killed makes slurmstepd drain the node with
+    `Kill task failed` over our reason, and Slurm issues the reboot in the same instant."""
+    return ("DOWN" in node_flags(info) and reason.rstrip().endswith(REBOOT_COMPLETE)
+            and (reason.startswith(prefix) or is_generic(reason, generic)))
 
 
 def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
@@ -110,6 +114,11 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     if action.replace_only and not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace")
     foreign = foreign_states(info)
+    if foreign and set(foreign) <= set(REBOOT_STATES) and is_generic(current, action.replaces):
+        # A reboot is pending and Slurm's generic reason went over the one it was
+        # asked with: put the precise one back (a drain leaves the reboot pending).
+        slurm.drain(action.node, action.reason)
+        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)")
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
         if current.startswith(prefix):
@@ -135,12 +144,13 @@ def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current
-    if not current.startswith(prefix):
+    after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
+    if not current.startswith(prefix) and not after_reboot:
         if not node_is_drained(info) and not foreign_states(info):
             return ActionResult(action, SKIPPED, "not drained")
         return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
                             "not ours to resume")
-    if rebooted_by_us(info, current, prefix):
+    if after_reboot:
         # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
         slurm.resume(action.node)
         return ActionResult(action, DONE, "back in service after its reboot: the health check passed")

@@ -206,7 +206,7 @@ def _new_boot(state) -> bool:
 def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int):
     """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
     "reboot complete"), resume it once health checks pass: (resume or None, record)."""
-    from .actions import rebooted_by_us
+    from .actions import is_generic, rebooted_by_us
     from .model import Action
     from .slurm import REBOOT_STATES, SlurmError, node_flags, strip_reason_stamp
     try:
@@ -216,15 +216,18 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     if info is None:
         return None, reboot
     reason = strip_reason_stamp(info.get("Reason", ""))
-    if not rebooted_by_us(info, reason, prefix):
-        waiting = reason.startswith(prefix) and any(s in node_flags(info) for s in REBOOT_STATES)
+    # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
+    generic = GENERIC_FOR["healthcheck"] if reboot else ""
+    if not rebooted_by_us(info, reason, prefix, generic):
+        waiting = any(s in node_flags(info) for s in REBOOT_STATES) and \
+            (reason.startswith(prefix) or is_generic(reason, generic))
         return None, (reboot if waiting else {})
     record = dict(reboot or {"at": time.time()}, reason=reason)
     if failing:
         return None, dict(record, passes=0)
     record["passes"] = int(record.get("passes", 0)) + 1
     if record["passes"] >= max(1, resume_after):
-        return Action("resume", node=node, reason=reason), record
+        return Action("resume", node=node, reason=reason, replaces=generic), record
     return None, record
 
 

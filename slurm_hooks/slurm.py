@@ -60,10 +60,14 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     current = None
+    node = line.startswith("NodeName=")
     for piece in _TOKEN.split(line.strip()):
         key, sep, value = piece.partition("=")
         if current in FREE_TEXT and (not sep or (known is not None and key not in known)
-                                     or (known is None and _looks_like_text(key, out))):
+                                     or (known is None and _looks_like_text(key, out))
+                                     or (node and current == "Reason" and not _STAMP.search(out[current]))):
+            # A node's reason always ends with Slurm's [user@time] stamp, and may hold
+            # words that look like keys: `Kill task failed (JobId=7 StepId=0)`.
             out[current] += " " + piece
             continue
         if not sep:
@@ -73,6 +77,9 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
         out[key] = value
         current = key
     return out
+
+
+_STAMP = re.compile(r"\[[^\]@]*@[^\]]*\]\s*$")
 
 
 def _looks_like_text(key: str, seen: dict) -> bool:
