@@ -81,7 +81,7 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
                        job=job.id if job else None)
     beside = None
-    if hook == "healthcheck" and cfg.beside.command:
+    if hook == "healthcheck" and cfg.beside.command and not dry_run:   # it would act on its own
         from .beside import Beside
         beside = Beside(cfg.beside, ctx.runner)      # runs alongside our own checks
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
