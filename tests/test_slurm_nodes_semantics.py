@@ -68,7 +68,8 @@ def test_node_states_not_ours_are_left_alone(clean_cluster, hung_mount, tmp_path
     failing = {"filesystems": [{"path": str(hung_mount.path)}],
                "filesystem_defaults": {"timeout": 1, "warn_after": 0.5}}
     prog, _ = reboot_program(tmp_path)
-    cluster.reconfigure(f"RebootProgram={prog}\n")
+    # ReturnToService=2 (the fixture's) would put a DOWN node back as soon as it answers.
+    cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\n")
     cluster.scontrol("update", "nodename=n1", "state=down", "reason=admin: PSU swap")
     cluster.scontrol("create", "reservation", "reservationname=hooks_maint", "starttime=now", "duration=10",
                      "nodes=n2", "flags=maint", "users=root")
