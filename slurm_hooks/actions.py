@@ -14,9 +14,13 @@
   DOWN node up. Only a node DOWN after the reboot slurm-hooks asked for is RESUMEd.
 - A reboot is asked for only while the node's reason is ours, and never again for a
   fault that survived one (no boot loop).
+- Slurm's word on who owns a job: before a job is commented, requeued or cancelled,
+  Slurm must say the job has this node among its nodes and belongs to the uid of the
+  diagnosed task. Where a process sits in the cgroup tree is no proof on its own.
 """
 from __future__ import annotations
 
+import re
 import time
 
 from .model import Action, ActionResult
@@ -167,26 +171,51 @@ def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     return ActionResult(action, DONE)
 
 
-def job_address(slurm: Slurm, job: str) -> tuple[str, dict | None]:
-    """The id to act on `job` with, and Slurm's record of it (None: unknown).
+def job_address(info: dict, job: str) -> str:
+    """The id to act on `job` with, from Slurm's record of it.
 
     An array element is addressed as ArrayJobId_ArrayTaskId: the cgroup names the
     element's own JobId, and the last element to start carries the array's own id,
     which `requeue`, `scancel` and `update` read as the whole array.
     """
-    info = slurm.show_job(job)
-    if info is None:
-        return job, None
     array, task = info.get("ArrayJobId", ""), info.get("ArrayTaskId", "")
     if array and task.isdigit():
-        return f"{array}_{task}", info
-    return job, info
+        return f"{array}_{task}"
+    return job
+
+
+def job_uid(info: dict) -> int | None:
+    """The uid in `UserId=alice(1001)`."""
+    m = re.search(r"\((\d+)\)\s*$", info.get("UserId", ""))
+    return int(m.group(1)) if m else None
+
+
+def _refused(action: Action, info: dict) -> ActionResult | None:
+    """A refusal when Slurm does not confirm the job is this node's and the task's user's."""
+    from .hostlist import contains
+    nodes = info.get("NodeList", "")
+    if not contains(nodes, action.node):
+        return ActionResult(action, SKIPPED, f"not acted on: Slurm says job {action.job} runs on "
+                            f"{nodes or 'no node'}, not on {action.node}")
+    owner = job_uid(info)
+    if action.uid is not None and owner != action.uid:
+        return ActionResult(action, SKIPPED, f"not acted on: job {action.job} belongs to uid "
+                            f"{owner}, the diagnosed task to uid {action.uid}")
+    return None
+
+
+def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict | None, ActionResult | None]:
+    """(the id to act on, Slurm's record, a refusal or None)."""
+    info = slurm.show_job(action.job)
+    if info is None:
+        return action.job, None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    return job_address(info, action.job), info, _refused(action, info)
 
 
 def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    job, info = job_address(slurm, action.job)
-    if info is None:
-        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    job, info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
     if action.text in _admin_comment(info):
         return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis")
     _append_comment(slurm, job, info, action.text)
@@ -204,9 +233,9 @@ def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
 
 
 def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    job, info = job_address(slurm, action.job)
-    if info is None:
-        return ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    job, info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
     state = info.get("JobState", "")
     if state in TERMINAL:
         return ActionResult(action, SKIPPED, f"job already ended ({state})")
@@ -248,6 +277,17 @@ def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, w
     return ActionResult(action, SKIPPED, msg)
 
 
+def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    job, info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
+    state = info.get("JobState", "")
+    if state in TERMINAL:
+        return ActionResult(action, SKIPPED, f"job already ended ({state})")
+    slurm.cancel(job)
+    return ActionResult(action, DONE)
+
+
 def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
@@ -273,4 +313,4 @@ def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
 
 
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
-             "reboot": _reboot}
+             "cancel": _cancel, "reboot": _reboot}

@@ -117,6 +117,11 @@ class StuckTasksConfig:
     non_job_tasks: str = setting("warn", kind="enum", choices=("ignore", "warn", "drain"),
                                  doc="What a stuck task outside any Slurm job does: nothing, a "
                                  "warning in the report, or drain the node.")
+    own_mount: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                             doc="A job task stuck on a FUSE mount its own user made is the job's "
+                             "problem, not the node's: never a drain or a reboot. `comment`: record "
+                             "the diagnosis on the job (AdminComment, journal); `cancel` or `requeue` "
+                             "the job as well.")
     listpids_fallback: bool = setting(True, kind="bool",
                                       doc="Ask `scontrol listpids` which job a stuck process belongs "
                                       "to when its cgroup does not say (proctrack/linuxproc).")
@@ -285,11 +290,15 @@ class Config:
                                    choices=("daemon", "user", "local0", "local1", "local2", "local3",
                                             "local4", "local5", "local6", "local7"),
                                    doc="Syslog facility.")
+    kernel_log: str = setting("/dev/kmsg", kind="path",
+                              doc="The kernel log, read for Xid events and hung-task lines (only "
+                              "records of the kernel facility count). A file of /dev/kmsg records, "
+                              "one per line, replays a captured log.")
     prometheus_textfile_dir: str | None = setting(
         "/var/lib/prometheus/node-exporter", kind="path", nullable=True,
         doc="Directory of node_exporter's textfile collector; the health check writes "
-        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists. "
-        "null: off.")
+        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists, "
+        "belongs to root and is not writable by others. null: off.")
     filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
                                 doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
                                 "with discover_network_mounts, every network mount (read).")

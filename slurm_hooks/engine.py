@@ -89,7 +89,8 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     others_failing = None
     if beside is not None:
         others_failing = beside.finish(ctx.notes)
-    record.notes = ctx.notes
+    from .reason import printable
+    record.notes = [printable(n) for n in ctx.notes]
     if act:
         record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook, started=t0,
                                       others_failing=others_failing)
@@ -126,7 +127,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
     reboot = state.load("reboot") if hook == "healthcheck" else {}
     new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
-    failing = any(f.severity == FAIL for f in findings)
+    failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
             and not os.path.exists(state.path("actions-done")):
         return []                                   # the healthy fast path: no Slurm call
@@ -274,7 +275,9 @@ def _cached_breaker(state) -> str | None:
 
 def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> list:
     """[(action, why)] for the actions the drain-storm breaker holds back."""
-    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue") and not a.replace_only]
+    # A job's own problem (job_only) costs the node nothing and is never held back.
+    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
+             and not a.replace_only and not a.job_only]
     if not risky or dry_run or slurm is None:
         return []
     if hook != "healthcheck":
@@ -404,6 +407,7 @@ def _metrics(cfg, record: RunRecord) -> None:
     if record.hook == "healthcheck":
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir, record.node,
-                    render(record, counters, last_success.get(record.hook)))
+                    render(record, counters, last_success.get(record.hook),
+                           drained=state.load("drain").get("reason")))
         if err:
             record.warnings.append(err)

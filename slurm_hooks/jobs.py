@@ -8,6 +8,12 @@ Paths Slurm's cgroup plugins create, and what they name:
 S is a number or batch, extern, interactive (and older names such as
 "4294967292"-style special ids in text form). When cgroups say nothing (proctrack
 linuxproc or pgid), `scontrol listpids` is the fallback (slurm.py).
+
+Only those roots count. A user may own cgroups of their own (systemd delegates
+`user@UID.service` to them) and can build `.../slurm/uid_0/job_J/step_0` inside it; a
+path is a Slurm job's only where Slurm's plugins create it: v1 at the root of the
+hierarchy, v2 under system.slice's slurmstepd scope. Even then the job is confirmed
+with Slurm before anything is done to it (actions.py).
 """
 from __future__ import annotations
 
@@ -15,9 +21,9 @@ import re
 from dataclasses import dataclass
 
 _V1 = re.compile(r"/slurm(?:_(?P<node>[^/]+))?/uid_(?P<uid>\d+)/job_(?P<job>\d+)"
-                 r"(?:/step_(?P<step>[^/\s]+))?(?:/task_(?P<task>\d+))?")
-_V2 = re.compile(r"/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
-                 r"(?:/step_(?P<step>[^/\s]+))?(?:/user)?(?:/task_(?P<task>\d+))?")
+                 r"(?:/step_(?P<step>[^/\s]+))?(?:/task_(?P<task>\d+))?(?:/|$)")
+_V2 = re.compile(r"/system\.slice/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
+                 r"(?:/step_(?P<step>[^/\s]+))?(?:/user)?(?:/task_(?P<task>\d+))?(?:/|$)")
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ def from_cgroup(text: str) -> JobRef | None:
     best = None
     for line in text.splitlines():
         path = line.split(":", 2)[-1]
-        m = _V1.search(path) or _V2.search(path)
+        # match(), not search(): anchored at the root of the hierarchy.
+        m = _V1.match(path) or _V2.match(path)
         if not m:
             continue
         d = m.groupdict()

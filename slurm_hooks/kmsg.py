@@ -7,12 +7,22 @@ run" keeps the last seq it saw (with the boot id, since seq restarts at boot).
 
 What the log means is data, not code: MATCHERS is a table of (event, pattern, what it
 means, a real line), tested against its own sample lines.
+
+Users can put text into kernel records: the segfault line ends with the name of the file
+mapped at the crash address, and a program can write to /dev/kmsg. So a matcher only
+sees records of the kernel facility (userspace writes are forced to another facility by
+the kernel), and matches at the start of the message, never in the middle: a forged
+`NVRM: Xid ...` file name sits after `segfault at ... in `.
+
+A regular file of records, one `prio,seq,usec,flags;text` per line, reads the same way
+(the `kernel_log` setting): for replaying a log captured on another machine.
 """
 from __future__ import annotations
 
 import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 KMSG = "/dev/kmsg"
@@ -22,8 +32,13 @@ KMSG = "/dev/kmsg"
 class Record:
     seq: int
     usec: int          # microseconds since boot (CLOCK_MONOTONIC-like)
-    prio: int
+    prio: int          # the level, 0 (emerg) to 7 (debug)
     text: str
+    facility: int = 0  # 0: the kernel itself; userspace writes are 1 (user) or more
+
+    @property
+    def from_kernel(self) -> bool:
+        return self.facility == 0
 
 
 @dataclass(frozen=True)
@@ -58,17 +73,23 @@ def parse_record(raw: bytes) -> Record | None:
         return None
     # Continuation lines (" KEY=value") follow the message after a newline.
     text = body.split(b"\n", 1)[0].decode("utf-8", "replace")
-    return Record(seq=seq, usec=usec, prio=prio & 7, text=text)
+    return Record(seq=seq, usec=usec, prio=prio & 7, text=text, facility=prio >> 3)
+
+
+# A captured log file is read up to this size (the kernel's own buffer is far smaller).
+FILE_LIMIT = 64 << 20
 
 
 def read(after_seq: int = -1, path: str = KMSG, limit: int = 100000) -> list[Record]:
-    """Every record with seq > after_seq still in the kernel's buffer."""
+    """Every record with seq > after_seq still in the kernel's buffer (or the file)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
     out = []
     try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return _read_file(fd, after_seq, limit)
         for _ in range(limit):
             try:
                 raw = os.read(fd, 16384)
@@ -88,6 +109,23 @@ def read(after_seq: int = -1, path: str = KMSG, limit: int = 100000) -> list[Rec
     return out
 
 
+def _read_file(fd: int, after_seq: int, limit: int) -> list[Record]:
+    data = b""
+    while len(data) < FILE_LIMIT:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        data += chunk
+    out = []
+    for line in data.split(b"\n"):
+        rec = parse_record(line)
+        if rec is not None and rec.seq > after_seq:
+            out.append(rec)
+            if len(out) >= limit:
+                break
+    return out
+
+
 def boot_id() -> str:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -97,10 +135,13 @@ def boot_id() -> str:
 
 
 def match(records: list[Record], event: str):
-    """(record, match) for every record that a matcher of `event` recognises."""
+    """(record, match) for every kernel record that a matcher of `event` recognises at
+    the start of its message."""
     matchers = [m for m in MATCHERS if m.event == event]
     for rec in records:
+        if not rec.from_kernel:
+            continue
         for m in matchers:
-            found = m.pattern.search(rec.text)
+            found = m.pattern.match(rec.text)
             if found:
                 yield rec, found

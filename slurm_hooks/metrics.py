@@ -7,6 +7,7 @@ Prometheus conventions (snake_case, base units, `_total` for counters, `_seconds
 
 Series:
   slurm_hooks_healthy{node,hook}                           1 healthy or warning, 0 unhealthy
+  slurm_hooks_drained{node,reason}                         1 while drained by slurm-hooks, else 0
   slurm_hooks_check_status{node,check}                     0 ok, 1 warning, 2 failing
   slurm_hooks_check_duration_seconds{node,check}
   slurm_hooks_filesystem_probe_ok{node,path,fstype}        1 ok or slow, 0 otherwise
@@ -22,11 +23,13 @@ Series:
 from __future__ import annotations
 
 import os
+import stat
 
 from .model import SEVERITY_ORDER
 
 HELP = {
     "slurm_hooks_healthy": ("gauge", "1 when the last run found the node healthy (warnings allowed), else 0."),
+    "slurm_hooks_drained": ("gauge", "1 while slurm-hooks holds the node drained (its reason as a label), else 0."),
     "slurm_hooks_check_status": ("gauge", "Worst verdict of a check in the last run: 0 ok, 1 warning, 2 failing."),
     "slurm_hooks_check_duration_seconds": ("gauge", "Time the check took in the last run."),
     "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
@@ -49,7 +52,7 @@ def _labels(labels: dict) -> str:
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(record, counters: dict, last_success: float | None) -> str:
+def render(record, counters: dict, last_success: float | None, drained: str | None = None) -> str:
     node, hook = record.node, record.hook
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
 
@@ -57,6 +60,7 @@ def render(record, counters: dict, last_success: float | None) -> str:
         samples[name].append(({"node": node, **labels}, value))
 
     add("slurm_hooks_healthy", 0 if record.status == "unhealthy" else 1, hook=hook)
+    add("slurm_hooks_drained", 1 if drained else 0, reason=drained or "")
     for c in record.checks:
         worst = max((SEVERITY_ORDER[f.severity] for f in c.findings), default=0)
         add("slurm_hooks_check_status", worst, check=c.name)
@@ -102,26 +106,50 @@ def render(record, counters: dict, last_success: float | None) -> str:
         out.append(f"# HELP {name} {text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples[name]:
-            out.append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
+            # repr: every digit. `:g` kept six, which put timestamps up to ~80 min off.
+            out.append(f"{name}{_labels(labels)} {value!r}" if isinstance(value, float) else
                        f"{name}{_labels(labels)} {value}")
     return "\n".join(out) + "\n"
 
 
 def write(directory: str, node: str, text: str) -> str | None:
-    """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None."""
+    """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None.
+
+    Root writes here, so the directory must be root's and not writable by others (a
+    user who could write there could point our file at /etc/shadow with a symlink). The
+    temporary file has a random name, is created exclusively and never follows a link,
+    and everything is relative to the directory we checked.
+    """
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in node)
-    path = os.path.join(directory, f"slurm_hooks_{safe}.prom")
-    tmp = f"{path}.{os.getpid()}.tmp"
+    name = f"slurm_hooks_{safe}.prom"
+    path = os.path.join(directory, name)
     try:
-        with open(tmp, "w", encoding="utf-8", errors="replace") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        return f"metrics {directory}: {e.strerror or e}"
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+    created = False
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid not in (0, os.geteuid()) or st.st_mode & stat.S_IWOTH:
+            return (f"metrics {directory}: not written: the directory must belong to root and "
+                    f"not be writable by others (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                     dir_fd=dfd)
+        created = True
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+            f.write(text)
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        created = False
+    except OSError as e:
         return f"metrics {path}: {e.strerror or e}"
+    finally:
+        if created:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+        os.close(dfd)
     return None
 
 

@@ -40,6 +40,22 @@ class Finding:
     needs_reboot: bool = False # only a reboot clears it (an unkillable task)
     hard: bool = False         # drains at the first sighting, whatever policy.failures_to_drain says
     resumable: bool = True     # false: a drain for it needs a reboot or a human, never auto-resumed
+    # The job's own problem, not the node's (a task stuck on its user's own FUSE mount):
+    # the node stays in service and only the job is acted on: "comment", "cancel" or
+    # "requeue" (actions.comment_job still decides about the comment).
+    job_action: str = ""
+
+    def __post_init__(self):
+        # Process names, command lines, paths and kernel-log text are chosen by users:
+        # everything that enters a finding is made printable here, once, so no sink
+        # has to remember to.
+        from .reason import printable, printable_tree
+        self.target = printable(self.target)
+        self.summary = printable(self.summary)
+        self.detail = printable(self.detail)
+        self.reason = printable(self.reason)
+        if self.evidence:
+            self.evidence = printable_tree(self.evidence)
 
     @property
     def reason_text(self) -> str:
@@ -73,6 +89,8 @@ class Action:
     fallback: str = ""         # requeue: what to do with a job that cannot be requeued
     replaces: str = ""         # drain: a generic reason of Slurm's ("Prolog error") ours may replace
     replace_only: bool = False # drain: only put our reason in place of such a generic one
+    uid: int | None = None     # job actions: the uid of the diagnosed task; Slurm must agree
+    job_only: bool = False     # about the job alone (its own mount): no drain-storm budget
 
     @property
     def keys(self) -> list[str]:
@@ -90,12 +108,19 @@ class Action:
         return f"{self.kind} job {self.job}"
 
 
+
+
 @dataclass
 class ActionResult:
     action: Action
     outcome: str               # "done", "dry-run", "report-only", "skipped", "failed", "held"
     message: str = ""
     retry: bool = False        # not done for want of Slurm (or of time): spooled for a later run
+
+    def __post_init__(self):
+        # Messages quote Slurm, which quotes reasons and comments people wrote.
+        from .reason import printable
+        self.message = printable(self.message)
 
     def to_json(self) -> dict:
         d = asdict(self.action)

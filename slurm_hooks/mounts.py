@@ -32,8 +32,28 @@ class Mount:
     super_options: str
 
     @property
-    def readonly(self) -> bool:
-        return "ro" in self.options.split(",")
+    def is_fuse(self) -> bool:
+        return self.fstype in ("fuse", "fuseblk") or self.fstype.startswith(("fuse.", "fuseblk."))
+
+    @property
+    def fuse_owner(self) -> int | None:
+        """The uid that mounted a FUSE filesystem (its `user_id=`); None if not FUSE."""
+        if not self.is_fuse:
+            return None
+        for opt in self.super_options.split(","):
+            if opt.startswith("user_id="):
+                try:
+                    return int(opt[8:])
+                except ValueError:
+                    break
+        return -1      # FUSE without a readable owner: not known to be root's
+
+    @property
+    def user_fuse(self) -> bool:
+        """A FUSE mount some user made for themselves (fusermount3 records their uid):
+        their storage, not the node's; without allow_other even root cannot enter it."""
+        owner = self.fuse_owner
+        return owner is not None and owner != 0
 
     @property
     def is_network(self) -> bool:
@@ -102,6 +122,21 @@ class MountTable:
 
     def __iter__(self):
         return iter(self._by_point.values())
+
+    def user_owner(self, m: Mount) -> int | None:
+        """The uid whose own FUSE mount m is, or sits below (root cannot enter those);
+        None for the node's own mounts."""
+        p = m.mountpoint
+        while True:
+            holder = self._by_point.get(p)
+            if holder is not None and holder.user_fuse:
+                return holder.fuse_owner
+            if p == "/":
+                return None
+            p = os.path.dirname(p)
+
+    def user_owned(self, m: Mount) -> bool:
+        return self.user_owner(m) is not None
 
     def at(self, mountpoint: str) -> Mount | None:
         """The mount whose mountpoint is exactly this path, if any."""

@@ -9,7 +9,11 @@
   left, or cancelled) in an earlier run and the task is still there. Many hangs are
   killable (NFS waits are), and requeueing the job clears them without a reboot;
   the ones that survive are the unkillable kind only a reboot clears.
-Each kind of action can be switched off in `actions:`.
+- A finding that is the job's own problem (`job_action`: a task stuck on its user's
+  own FUSE mount) drains nothing and asks for no reboot: the job gets the diagnosis and
+  the action the finding names (comment, cancel or requeue), nothing else.
+Each kind of action can be switched off in `actions:`. Job actions carry the uid of the
+diagnosed task: Slurm must agree it is the job's user before anything is done.
 """
 from __future__ import annotations
 
@@ -24,11 +28,11 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
     """`ledger`: keys of actions already carried out (actions.py), from local state."""
     ledger = ledger or {}
     failing = [f for f in findings if f.severity == FAIL]
+    out: list[Action] = _job_only(findings, node, prefix, actions_cfg)
     if not failing:
-        return []
+        return out
     failing.sort(key=lambda f: f.job is None)          # stable: job findings first
     reason = make_reason(prefix, [f.reason_text for f in failing])
-    out: list[Action] = []
     if actions_cfg.drain:
         out.append(Action("drain", node=node, reason=reason))
     jobs: dict[str, list[Finding]] = {}
@@ -38,15 +42,42 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
     for job, fs in jobs.items():
         incident = "+".join(sorted(f.incident or f.target for f in fs))
         text = one_line(f"{prefix} node {node}: " + "; ".join(f.summary for f in fs))[:COMMENT_LIMIT]
+        uid = _uid(fs)
         if actions_cfg.comment_job:
-            out.append(Action("comment", node=node, job=job, text=text, incident=incident))
+            out.append(Action("comment", node=node, job=job, text=text, incident=incident, uid=uid))
         if actions_cfg.requeue_job:
             out.append(Action("requeue", node=node, job=job, text=text, incident=incident,
-                              fallback=actions_cfg.requeue_fallback))
+                              fallback=actions_cfg.requeue_fallback, uid=uid))
     reboot_for = [f for f in failing if f.needs_reboot and _killing_was_tried(f, node, actions_cfg, ledger)]
     if actions_cfg.reboot and reboot_for:
         incident = "+".join(sorted(f.incident or f.target for f in reboot_for))
         out.append(Action("reboot", node=node, reason=reason, incident=incident))
+    return out
+
+
+def _uid(findings: list[Finding]) -> int | None:
+    """The uid of the job's diagnosed tasks (the first one's, should they differ)."""
+    for f in findings:
+        uid = f.evidence.get("uid")
+        if isinstance(uid, int) and uid >= 0:
+            return uid
+    return None
+
+
+def _job_only(findings: list[Finding], node: str, prefix: str, actions_cfg) -> list[Action]:
+    out: list[Action] = []
+    for f in findings:
+        if not f.job_action or f.job is None or f.severity == FAIL:
+            continue
+        text = one_line(f"{prefix} node {node}: {f.summary}")[:COMMENT_LIMIT]
+        common = dict(node=node, job=f.job, text=text, incident=f.incident or f.target,
+                      uid=_uid([f]), job_only=True)
+        if actions_cfg.comment_job:
+            out.append(Action("comment", **common))
+        if f.job_action == "cancel":
+            out.append(Action("cancel", **common))
+        elif f.job_action == "requeue" and actions_cfg.requeue_job:
+            out.append(Action("requeue", fallback=actions_cfg.requeue_fallback, **common))
     return out
 
 

@@ -28,6 +28,40 @@ def clean_text(text) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+# Characters that move the cursor, rewrite a terminal (ESC), break a line or reorder
+# text (bidi controls): none of them may reach a report, a log line or Slurm from a user.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+
+
+def _escape(m: re.Match) -> str:
+    c = ord(m.group(0))
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def printable(text) -> str:
+    """Any user-derived str or bytes as valid UTF-8 with every control character written
+    out (`\\x1b`, `\\x0a`): the one helper every user string passes where it enters a
+    finding, so no output (text, JSON, syslog, node reason, AdminComment, Prometheus)
+    carries a control character a user chose."""
+    text = clean_text(text)
+    if _UNPRINTABLE.search(text) is None:
+        return text
+    return _UNPRINTABLE.sub(_escape, text)
+
+
+def printable_tree(value):
+    """printable() on every string inside dicts, lists and tuples (finding evidence)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {printable(k) if isinstance(k, str) else k: printable_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable_tree(v) for v in value]
+    if isinstance(value, bytes):
+        return printable(value)
+    return value
+
+
 def one_line(text) -> str:
     """Control characters to spaces, quotes to '?', runs of blanks to one space."""
     text = _CONTROL.sub(" ", clean_text(text))

@@ -238,6 +238,35 @@ def do_mount(mountpoint, fd, source, fstype):
                       % (mountpoint, fstype, os.strerror(err)))
 
 
+def fusermount(mountpoint, source, subtype):
+    """Mount as an unprivileged user would: through the setuid fusermount3, which
+    mounts with user_id/group_id of the caller and no allow_other, and hands the
+    /dev/fuse descriptor back over a socket (the libfuse protocol: _FUSE_COMMFD)."""
+    import shutil
+    import socket
+    helper = shutil.which("fusermount3") or "/usr/bin/fusermount3"
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.set_inheritable(theirs.fileno(), True)
+    opts = "fsname=%s" % source + (",subtype=%s" % subtype if subtype else "")
+    env = dict(os.environ, _FUSE_COMMFD=str(theirs.fileno()))
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execve(helper, [helper, "-o", opts, "--", mountpoint], env)
+        finally:
+            os._exit(127)
+    theirs.close()
+    try:
+        _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 1)
+    finally:
+        ours.close()
+    _, status = os.waitpid(pid, 0)
+    if not fds:
+        raise OSError(errno.EPERM, "fusermount3 failed on %s (status %d)"
+                      % (mountpoint, os.waitstatus_to_exitcode(status)))
+    return fds[0]
+
+
 def signal_ready(ready_file):
     if ready_file:
         tmp = ready_file + ".tmp"
@@ -794,6 +823,9 @@ def main(argv=None):
                    help="ok/slow/errno/late: directory (relative, nested "
                         "ok) that exists from the start; repeatable")
     p.add_argument("--ready-file", default=None)
+    p.add_argument("--fusermount", action="store_true",
+                   help="mount through fusermount3, as an unprivileged user "
+                        "(user_id=UID, no allow_other)")
     p.add_argument("--debug", action="store_true", help="log every request")
     a = p.parse_args(argv)
 
@@ -813,7 +845,10 @@ def main(argv=None):
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
-    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    if a.fusermount:
+        fd = fusermount(mountpoint, source, a.subtype)
+    else:
+        fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
     server.fd = fd
     server.mountpoint = mountpoint
     if a.mode == "late":
@@ -821,7 +856,8 @@ def main(argv=None):
         # it up even if it arrives before we get there.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR2})
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    do_mount(mountpoint, fd, source, fstype)
+    if not a.fusermount:
+        do_mount(mountpoint, fd, source, fstype)
     log("mounted %s on %s type %s, mode %s" % (source, mountpoint, fstype,
                                                 a.mode))
 

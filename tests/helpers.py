@@ -80,22 +80,28 @@ def gpu(i, **kw):
     return g
 
 
-def seed_kmsg_position(state_dir):
-    """As if an earlier run had read the kernel log up to now: Xid lines other tests
-    wrote are not this test's events."""
-    import json
-    from slurm_hooks import kmsg
-    records = kmsg.read()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    (state_dir / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
-                                                         "seq": records[-1].seq if records else -1}))
+class KernelLog:
+    """A file of /dev/kmsg records (the `kernel_log` setting) that tests append to.
 
+    Tests never write into the host's real kernel log: userspace writes land in the user
+    facility, which slurm-hooks rightly ignores, and they would stay in the buffer until
+    reboot. Records written here are of the kernel facility, as the driver's would be.
+    """
 
-def write_kmsg(*lines):
-    import os
-    fd = os.open("/dev/kmsg", os.O_WRONLY)
-    try:
-        for line in lines:
-            os.write(fd, f"<4>{line}\n".encode())     # one record per write
-    finally:
-        os.close(fd)
+    def __init__(self, path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch()
+        self.seq = 0
+
+    def write(self, *lines, prio: int = 4, facility: int = 0):
+        with open(self.path, "a") as f:
+            for line in lines:
+                self.seq += 1
+                usec = int(time.monotonic() * 1e6)
+                f.write(f"{facility << 3 | prio},{self.seq},{usec},-;{line}\n")
+
+    def __fspath__(self):
+        return str(self.path)
+
+    __str__ = __fspath__

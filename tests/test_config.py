@@ -193,3 +193,12 @@ def test_node_group_mistakes_are_errors_on_every_node(tmp_path):
 def test_beside_command_needs_an_absolute_path(tmp_path):
     assert problems(tmp_path, "beside:\n  command: [nhc]\n") == [
         "x.yaml:2: beside.command: the program must be an absolute path (HealthCheckProgram has no PATH), got 'nhc'"]
+
+
+def test_yaml_tags_that_build_objects_are_refused(tmp_path):
+    from slurm_hooks import config
+    path = tmp_path / "evil.yaml"
+    path.write_text("node_name: !!python/object/apply:os.system ['touch /tmp/owned']\n")
+    with pytest.raises(config.ConfigError) as e:
+        config.load(str(path), cache_dir=None)
+    assert str(path) in str(e.value)

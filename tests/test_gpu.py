@@ -1,5 +1,5 @@
 """The GPU check with NVML faked at the pynvml module boundary (tests/fake_nvml), the
-kernel log for real (/dev/kmsg), and the hang-safe runner for real."""
+kernel log as a file of /dev/kmsg records, and the hang-safe runner for real."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import ROOT, SLURM_HOOKS, gpu, proc_state, seed_kmsg_position, write_kmsg
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, proc_state
 
 FAKE = ROOT / "tests" / "fake_nvml"
 
@@ -22,10 +22,11 @@ def nvml(tmp_path):
     class N:
         scenario = {"gpus": [gpu(i) for i in range(8)]}
         config = tmp_path / "c.yaml"
+        kernel = KernelLog(tmp_path / "kmsg")
 
         def configure(self, **gpu_cfg):
             doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
-                   "node_name": "gpunode", "gpu": {"enabled": "true", "timeout": 2, **gpu_cfg}}
+                   "node_name": "gpunode", "kernel_log": str(self.kernel), "gpu": {"enabled": "true", "timeout": 2, **gpu_cfg}}
             self.config.write_text(yaml.safe_dump(doc))
 
         def run(self, scenario=None):
@@ -43,7 +44,6 @@ def nvml(tmp_path):
             return rec
     n = N()
     n.configure(count=8)
-    seed_kmsg_position(tmp_path / "state" / "gpunode")
     return n
 
 
@@ -155,10 +155,9 @@ def test_driver_stuck_in_the_kernel_is_remembered(nvml, swallow_mount):
     assert second["bad"][0]["evidence"]["pid"] == pid and second["elapsed"] < 1.5
 
 
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write the kernel log")
 def test_xid_events_from_the_kernel_log(nvml):
     nvml.configure(count=8, xid_actions={43: "warn"})
-    write_kmsg("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+    nvml.kernel.write("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
                "NVRM: Xid (PCI:0000:3b:00): 13, pid=99, name=train, Graphics Exception: ESR 0x1",
                "NVRM: Xid (PCI:0000:3c:00): 43, pid=99, name=train, Ch 00000010",
                "NVRM: Xid (PCI:0000:3d:00): 4242, pid=1, something new")
@@ -174,10 +173,9 @@ def test_xid_events_from_the_kernel_log(nvml):
     assert not [f for f in again["findings"] if f["status"].startswith("xid_")], "each event counts once"
 
 
-@pytest.mark.skipif(not os.access("/dev/kmsg", os.W_OK), reason="needs root to write the kernel log")
 def test_lost_gpu_with_its_xid_is_one_line(nvml):
     nvml.run()
-    write_kmsg("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, GPU has fallen off the bus.")
+    nvml.kernel.write("NVRM: Xid (PCI:0000:3e:00): 79, pid=1234, GPU has fallen off the bus.")
     sc = copy.deepcopy(nvml.scenario)
     sc["gpus"][3]["errors"] = {"*": "GPU_IS_LOST"}
     for _ in range(2):                      # the Xid is remembered for later runs

@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from helpers import ROOT, SLURM_HOOKS, gpu, seed_kmsg_position
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu
 
 pytestmark = pytest.mark.cluster
 
@@ -48,12 +48,11 @@ class Node:
         self.tmp = tmp_path
         self.config = tmp_path / "n1.yaml"
         doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-               "filesystems": [{"path": str(tmp_path)}], "slurm": {"conf": str(cluster.conf_path)},
+               "filesystems": [{"path": str(tmp_path)}], "kernel_log": str(KernelLog(tmp_path / "kmsg")), "slurm": {"conf": str(cluster.conf_path)},
                "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
                "gpu": {"enabled": "true", "count": 4, "timeout": 5, "idle": {"samples": 2}}}
         doc.update(cfg)
         self.config.write_text(yaml.safe_dump(doc))
-        seed_kmsg_position(tmp_path / "state" / "n1")
 
     def run(self, gpus):
         sc = self.tmp / "scenario.json"

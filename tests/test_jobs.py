@@ -46,3 +46,18 @@ def test_listpids_output():
     refs = parse_listpids(out)
     assert refs[1234] == JobRef(job="55", step="0", task="0")
     assert refs[1240] == JobRef(job="55", step="batch", task=None)
+
+
+SPOOFED = [
+    # a cgroup subtree systemd delegated to uid 1001, dressed up as root's job 42
+    "1:name=systemd:/user.slice/user-1001.slice/user@1001.service/slurm/uid_0/job_42/step_batch/task_0\n",
+    "0::/user.slice/user-1001.slice/user@1001.service/app.slice/system.slice/slurmstepd.scope/job_42/step_0\n",
+    "7:freezer:/user.slice/slurm_n1/uid_0/job_42/step_0\n",
+    "0::/system.slice/slurmstepd.scope/job_42x/step_0\n",
+]
+
+
+def test_only_paths_rooted_where_slurm_puts_jobs_count():
+    for text in SPOOFED:
+        assert from_cgroup(text) is None, text
+    assert from_cgroup(SPOOFED[0] + V1_MULTI).job == "77"       # the real one still counts

@@ -9,9 +9,38 @@ import pytest
 from slurm_hooks import kmsg
 
 
-def test_every_matcher_matches_its_sample():
+def test_every_matcher_matches_its_whole_sample_line():
     for m in kmsg.MATCHERS:
-        assert m.pattern.search(m.sample), m.event
+        rec = kmsg.Record(seq=1, usec=1, prio=4, text=m.sample, facility=0)
+        [(_, found)] = kmsg.match([rec], m.event)
+        # the whole line but perhaps its closing full stop
+        assert m.sample.startswith(found.group(0)) and len(found.group(0)) >= len(m.sample) - 1, m.event
+
+
+def test_only_kernel_facility_records_at_the_start_of_the_message_match():
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
+    hung = "INFO: task python:4242 blocked for more than 999 seconds."
+    forged = [
+        # what a user writing to /dev/kmsg gets: the user facility (prio 14 = user.info)
+        kmsg.parse_record(f"14,10,1000,-;{xid}".encode()),
+        kmsg.parse_record(f"14,11,1000,-;{hung}".encode()),
+        # the kernel's own segfault line, ending with a file name the user chose
+        kmsg.parse_record(f"6,12,1000,-;python3[99]: segfault at 0 ip 00007f sp 00007f error 4 in {xid}[7f+1000]".encode()),
+        kmsg.parse_record(f"6,13,1000,-;python3[99]: segfault at 0 ip 00007f sp 00007f error 4 in {hung}[7f+1000]".encode()),
+    ]
+    assert [r.facility for r in forged] == [1, 1, 0, 0]
+    assert list(kmsg.match(forged, "xid")) == [] and list(kmsg.match(forged, "hung_task")) == []
+    real = [kmsg.parse_record(f"4,20,1000,-;{xid}".encode()), kmsg.parse_record(f"3,21,1000,-;{hung}".encode())]
+    assert [m.group("xid") for _, m in kmsg.match(real, "xid")] == ["79"]
+    assert [m.group("pid") for _, m in kmsg.match(real, "hung_task")] == ["4242"]
+
+
+def test_a_file_of_records_reads_like_the_device(tmp_path):
+    log = tmp_path / "kmsg"
+    log.write_text("4,1,10,-;first\n6,2,20,-;second\n\n14,3,30,-;third\n")
+    assert [(r.seq, r.text, r.facility) for r in kmsg.read(path=str(log))] == \
+        [(1, "first", 0), (2, "second", 0), (3, "third", 1)]
+    assert [r.seq for r in kmsg.read(after_seq=2, path=str(log))] == [3]
 
 
 def test_parse_record_with_continuation_lines():
@@ -29,7 +58,8 @@ def test_real_kernel_log_read_back_from_a_position():
         f.write(f"<4>INFO: task t{tag}:4242 blocked for more than 122 seconds.\n")
     new = kmsg.read(after_seq=last)
     assert [r.text for r in new if tag in r.text] == [f"INFO: task t{tag}:4242 blocked for more than 122 seconds."]
-    hits = [(r, m) for r, m in kmsg.match(new, "hung_task") if tag in r.text]
-    assert len(hits) == 1 and hits[0][1].group("pid") == "4242" and hits[0][1].group("seconds") == "122"
+    # Written by a program, so in the user facility: never taken for the kernel's word.
+    assert [r.facility for r in new if tag in r.text] == [1]
+    assert [m for r, m in kmsg.match(new, "hung_task") if tag in r.text] == []
     # Reading from the newest position finds nothing older.
     assert not [r for r in kmsg.read(after_seq=new[-1].seq) if tag in r.text]

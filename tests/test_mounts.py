@@ -14,6 +14,9 @@ SAMPLE = """\
 35 34 0:55 / /data rw - nfs fs2:/data rw
 36 27 0:56 / /sys/fs/fuse/connections rw - fusectl fusectl rw
 37 27 0:57 / /var/lib/lxcfs rw - fuse.lxcfs lxcfs rw
+38 27 0:58 / /cvmfs rw - fuse cvmfs2 rw,user_id=0,group_id=0,default_permissions,allow_other
+39 27 0:59 / /tmp/alice/m rw,nosuid,nodev - fuse.fusefs fusefs-ok rw,user_id=1001,group_id=1001
+40 39 0:60 / /tmp/alice/m/inner rw - fuse.other x rw,user_id=0,group_id=0
 """
 
 
@@ -27,7 +30,16 @@ def test_longest_prefix_wins_and_escapes_are_decoded():
     assert t.holding("/scratch/projother").mountpoint == "/scratch"
     assert t.holding("/homework").mountpoint == "/"
     assert t.holding("/home/u/x").source == "fs1:/export/home"
-    assert t.holding("/scratch/proj one").readonly
+    assert t.holding("/scratch/proj one").options.startswith("ro,")
+
+
+def test_fuse_mounts_made_by_users_are_theirs():
+    t = table()
+    assert t.at("/cvmfs").fuse_owner == 0 and not t.user_owned(t.at("/cvmfs"))
+    assert t.at("/tmp/alice/m").fuse_owner == 1001 and t.at("/tmp/alice/m").user_fuse
+    # Anything below a user's mount is theirs too: root cannot even enter there.
+    assert t.user_owner(t.at("/tmp/alice/m/inner")) == 1001
+    assert t.at("/home").fuse_owner is None and t.user_owner(t.at("/home")) is None
 
 
 def test_stacked_mount_shadows_the_one_below():
@@ -45,12 +57,13 @@ def test_pure_string_normalisation():
 def test_network_classification():
     t = table()
     net = {m.mountpoint for m in t if m.is_network}
-    assert net == {"/home", "/scratch", "/scratch/proj one", "/gpfswork", "/data"}
+    assert net == {"/home", "/scratch", "/scratch/proj one", "/gpfswork", "/data", "/cvmfs",
+                   "/tmp/alice/m", "/tmp/alice/m/inner"}
 
 
 def test_garbage_lines_are_skipped():
     mounts = parse_mountinfo("garbage\n" + SAMPLE + "1 2\n")
-    assert len(mounts) == 10
+    assert len(mounts) == 13
 
 
 def test_reads_the_real_table():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 from slurm_hooks.checks import Context
@@ -18,14 +19,25 @@ MOUNTINFO = ("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
              "50 1 0:50 / /gpfs rw - gpfs gpfs0 rw\n")
 
 
+ARGS, ENV = (0x7ffd00000000, 0x7ffd00000010), (0x7ffd00000010, 0x7ffd00000100)
+MAPS = ("55d000000000-55d000001000 r-xp 00000000 08:01 1234 /usr/bin/python3.11\n"
+        "55d000100000-55d000200000 rw-p 00000000 00:00 0 [heap]\n"
+        "7ffc00000000-7ffe00000000 rw-p 00000000 00:00 0 [stack]\n")
+
+
 def task(root, pid, tid, comm, state, *, flags=0, cgroup="0::/user.slice\n", syscall="running",
-         wchan="0", stack="", fds=None, environ=b"", switches=(5, 1)):
+         wchan="0", stack="", fds=None, environ=b"", switches=(5, 1), start=None, uid=1000):
     p = root / str(pid)
     t = p / "task" / str(tid)
     t.mkdir(parents=True, exist_ok=True)
-    fields = [state, "1", str(pid), str(pid), "0", "-1", str(flags)] + ["0"] * 12 + [str(1000 + pid)] + ["0"] * 10
-    (t / "stat").write_text(f"{tid} ({comm}) {' '.join(fields)}\n")
-    (t / "status").write_text(f"Name:\t{comm}\nUid:\t1000\t1000\t1000\t1000\n"
+    start = 1000 + pid if start is None else start
+    fields = ([state, "1", str(pid), str(pid), "0", "-1", str(flags)] + ["0"] * 12 + [str(start)]
+              + ["0"] * 25 + [str(a) for a in ARGS + ENV] + ["0"])
+    line = f"{tid} ({comm}) {' '.join(fields)}\n"
+    (t / "stat").write_text(line)
+    (p / "stat").write_text(line)
+    (p / "maps").write_text(MAPS)
+    (t / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
                               f"voluntary_ctxt_switches:\t{switches[0]}\nnonvoluntary_ctxt_switches:\t{switches[1]}\n")
     (t / "syscall").write_text(syscall + "\n")
     (t / "wchan").write_text(wchan)
@@ -39,10 +51,12 @@ def task(root, pid, tid, comm, state, *, flags=0, cgroup="0::/user.slice\n", sys
         os.symlink(target, p / "fd" / str(n))
     if not os.path.lexists(p / "cwd"):
         os.symlink("/gpfs/run", p / "cwd")
-    return f"{pid}/{tid}/{1000 + pid}"
+    return f"{pid}/{tid}/{start}"
 
 
-def build(root):
+def build(root, ours=None):
+    """`ours`: (pid, start) of a real process the runner's registry calls its own."""
+    ours = ours or (500, 1500)
     keys = [
         task(root, 100, 100, "python", "S", cgroup="0::/system.slice/n1_slurmstepd.scope/job_55/step_0/user/task_3\n"),
         task(root, 100, 101, "pt_autograd_0", "D", syscall="1 0x7 0x7f00 0x1000 0x0 0x0 0x0 0x7ffd 0x7f01",
@@ -55,7 +69,9 @@ def build(root):
              wchan="os_acquire_mutex", stack="[<0>] os_acquire_mutex+0x1/0x2 [nvidia]\n[<0>] _nv012345rm+0x1\n",
              fds={3: "/dev/nvidiactl"}),
         task(root, 400, 400, "kworker/1:1", "D", flags=0x00200000),
-        task(root, 500, 500, "slurm-hooks-prb", "D"),
+        task(root, ours[0], ours[0], "slurm-hooks-prb", "D", start=ours[1]),
+        # A user's process that took our children's name: still a stuck task.
+        task(root, 600, 600, "slurm-hooks-prb", "D", syscall="0 0x3 0 0 0 0 0 0x1 0x2"),
     ]
     (root / "loadavg").write_text("0.00 0.01 0.05 1/12 999\n")
     return keys
@@ -63,17 +79,27 @@ def build(root):
 
 def test_captured_tree(tmp_path):
     proc = tmp_path / "proc"
-    keys = build(proc)
-    cfg = Config(state_dir=str(tmp_path / "state"), stuck_tasks=StuckTasksConfig(grace=60, sample_window=0.01))
-    state = StateStore(str(tmp_path / "state" / "n1"))
-    long_ago = time.time() - 600
-    state.save("stuck-tasks", {k: {"first_seen": long_ago, "switches": [5, 1]} for k in keys})
-    ctx = Context(cfg, "n1", state, Runner(state))
-    check = StuckTasksCheck(proc=str(proc))
-    assert check.tasks(ctx) == []
-    findings = {f.evidence["pid"]: f for f in check.findings(ctx, {})}
+    # A real live process stands for our stuck probe child: the registry keeps only
+    # children still alive, by pid and start time.
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        start = int(open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        keys = build(proc, ours=(child.pid, start))
+        cfg = Config(state_dir=str(tmp_path / "state"), stuck_tasks=StuckTasksConfig(grace=60, sample_window=0.01))
+        state = StateStore(str(tmp_path / "state" / "n1"))
+        long_ago = time.time() - 600
+        state.save("stuck-tasks", {k: {"first_seen": long_ago, "switches": [5, 1]} for k in keys})
+        state.save("stuck-children", {"filesystem:/x": {"pid": child.pid, "start": start, "since": long_ago}})
+        ctx = Context(cfg, "n1", state, Runner(state))
+        check = StuckTasksCheck(proc=str(proc))
+        assert check.tasks(ctx) == []
+        findings = {f.evidence["pid"]: f for f in check.findings(ctx, {})}
+    finally:
+        child.kill()
+        child.wait()
 
-    assert set(findings) == {100, 300}, "n2's job, the kernel thread and our own probe are skipped"
+    assert set(findings) == {100, 300, 600}, "n2's job, the kernel thread and our own probe are skipped"
+    assert findings[600].summary.startswith("pid 600 stuck") and findings[600].evidence["comm"] == "slurm-hooks-prb"
     job = findings[100]
     assert job.job == "55" and job.severity == "fail" and job.needs_reboot
     assert job.summary.startswith("job 55 rank 3 pid 100 stuck 6")

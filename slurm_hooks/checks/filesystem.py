@@ -56,7 +56,9 @@ def targets(cfg, mounts) -> list[Target]:
            for p in DEFAULT_LOCAL if mounts.holding(p) is not None]
     if d.discover_network_mounts:
         for m in mounts:
-            if m.is_network:
+            # Only the node's own mounts: a user's FUSE mount (fusermount3) is theirs to
+            # break, and root gets EACCES there anyway.
+            if m.is_network and not mounts.user_owned(m):
                 out.append(Target(path=m.mountpoint, mode="read", timeout=d.timeout,
                                   warn_after=d.warn_after, payload=d.payload_bytes, required=True,
                                   mountpoint=m.mountpoint, fstype=None,
@@ -76,56 +78,58 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
     payload = (token.encode() * (size // len(token) + 1))[:size]
     steps: dict[str, float] = {}
     created = False
+    fd = -1
     step = "create"
     t_all = time.monotonic()
     try:
         t = time.monotonic(); progress(step)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        # A new file of our own with a random name: never follows or reuses what a user
+        # may have placed in a shared directory. The read-back uses the same descriptor,
+        # so a name swapped in between cannot redirect it.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         created = True
         steps[step] = time.monotonic() - t
-        try:
-            step = "write"; t = time.monotonic(); progress(step)
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            steps[step] = time.monotonic() - t
-            step = "fsync"; t = time.monotonic(); progress(step)
-            os.fsync(fd)
-            steps[step] = time.monotonic() - t
-        finally:
-            os.close(fd)
+        step = "write"; t = time.monotonic(); progress(step)
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(fd, view):]
+        steps[step] = time.monotonic() - t
+        step = "fsync"; t = time.monotonic(); progress(step)
+        os.fsync(fd)
+        steps[step] = time.monotonic() - t
         step = "read"; t = time.monotonic(); progress(step)
-        fd = os.open(path, os.O_RDONLY)
         try:
-            try:
-                # Drop our own cached copy so the read has a chance to go to the server.
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            except OSError:
-                pass
-            chunks, got = [], 0
-            while got < size:
-                chunk = os.read(fd, size - got)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                got += len(chunk)
-        finally:
-            os.close(fd)
+            # Drop our own cached copy so the read has a chance to go to the server.
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:
+            pass
+        chunks, got = [], 0
+        while got < size:
+            chunk = os.pread(fd, size - got, got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
         steps[step] = time.monotonic() - t
         if b"".join(chunks) != payload:
             return {"ok": False, "step": "read", "errno": "mismatch",
                     "message": f"read back {got} bytes that differ from the {size} written"}
+        os.close(fd)
+        fd = -1
         step = "unlink"; t = time.monotonic(); progress(step)
         os.unlink(path)
         created = False
         steps[step] = time.monotonic() - t
     except OSError as e:
+        return _oserror(step, e)
+    finally:
+        if fd >= 0:
+            os.close(fd)
         if created:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-        return _oserror(step, e)
     return {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
 
 

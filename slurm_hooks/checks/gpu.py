@@ -255,7 +255,7 @@ class GpuCheck:
         pos = ctx.state.load("kmsg-xid")
         boot = kmsg.boot_id()
         after = int(pos.get("seq", -1)) if pos.get("boot") == boot else -1
-        records = kmsg.read(after_seq=after)
+        records = kmsg.read(after_seq=after, path=ctx.config.kernel_log)
         if records:
             ctx.state.save("kmsg-xid", {"boot": boot, "seq": records[-1].seq})
         out = []

@@ -18,8 +18,19 @@ command line and path arguments live in the target's memory: a hang-safe child r
 them, with a deadline.
 
 Attribution comes from the task's cgroup (jobs.py); on a host running several slurmd
-(-N), only tasks under this node's cgroup count. Our own stuck probe children (named
-slurm-hooks-prb by the runner) are already reported by their check and skipped here.
+(-N), only tasks under this node's cgroup count. Our own stuck probe children are
+already reported by their check and skipped here: known by the runner's registry (pid
+and start time), never by a name, which any process can take.
+
+A task stuck on a FUSE mount its own user made (fusermount3 records the user's uid; a
+mount in a user namespace of their own is theirs too) is the job's problem, not the
+node's: the finding says so and asks only for an action on that job
+(`stuck_tasks.own_mount`), never a drain or a reboot.
+
+The child that reads a stuck process's memory is careful with what the user controls:
+it reads only inside anonymous readable mappings (a page of a file on a FUSE mount the
+user can stall would hang the reader), every read is bounded, and at most
+INSPECT_STUCK_MAX such children may be stuck at once.
 """
 from __future__ import annotations
 
@@ -31,8 +42,8 @@ from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
-from ..reason import clean_text, shorten_path
-from ..runner import DONE, PROBE_COMM, Task
+from ..reason import printable, shorten_path
+from ..runner import DONE, Task
 
 NAME = "stuck_tasks"
 STATE = "stuck-tasks"
@@ -41,7 +52,14 @@ PARALLEL_THREADS = 3000
 GPU_SYMBOLS = ("nvidia", "nv_", "uvm_", "_nv0", "os_acquire", "nvkms", "rm_")
 FS_SYMBOLS = ("fuse", "nfs", "rpc_wait", "ll_", "ptlrpc", "ldlm", "osc_", "mdc_", "lov_",
               "mmfs", "gpfs", "cxi", "beegfs", "fhgfs", "cifs", "smb", "ceph", "9p", "p9_")
-CAUSE_LABEL = {"shared_filesystem": "shared filesystem", "gpu_driver": "GPU driver", "other": "other"}
+CAUSE_LABEL = {"shared_filesystem": "shared filesystem", "gpu_driver": "GPU driver",
+               "user_mount": "the user's own FUSE mount", "other": "other"}
+ENVIRON_MAX = 128 << 10     # a user can point their environment at gigabytes (PR_SET_MM_MAP)
+CMDLINE_MAX = 4096
+PATH_MAX = 4096
+MAPS_MAX = 4 << 20
+INSPECT_PER_RUN = 16        # processes whose memory one run reads
+INSPECT_STUCK_MAX = 4       # inspect children left stuck in the kernel before we stop trying
 
 
 @dataclass
@@ -64,36 +82,106 @@ class Stuck:
     cmdline: str = ""
     inspect: str = ""                   # how reading the process's memory went
     kernel: str = ""                    # the kernel's own hung-task line, when present
+    mount_owner: int | None = None      # uid that made the FUSE mount it waits on, if a user did
 
 
 def _scan_chunk(progress, pids: list[str], proc: str) -> list:
     return procfs.scan_pids(pids, proc)
 
 
+def _anonymous(maps: bytes) -> list[tuple[int, int]]:
+    """Readable mappings backed by no file ([heap], [stack], anonymous memory), from
+    /proc/PID/maps: reading those can fault in nothing but memory."""
+    out = []
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or not parts[1].startswith(b"r"):
+            continue
+        name = parts[5].strip() if len(parts) > 5 else b""
+        if parts[4] != b"0" or (name and name not in (b"[heap]", b"[stack]")):
+            continue
+        lo, _, hi = parts[0].partition(b"-")
+        try:
+            out.append((int(lo, 16), int(hi, 16)))
+        except ValueError:
+            continue
+    return out
+
+
+def _within(ranges: list[tuple[int, int]], start: int, end: int) -> bool:
+    return end > start and any(lo <= start and end <= hi for lo, hi in ranges)
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    """At most limit bytes (/proc files answer a page or so per read)."""
+    chunks, got = [], 0
+    with open(path, "rb", buffering=0) as f:
+        while got < limit:
+            chunk = f.read(min(limit - got, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    return b"".join(chunks)
+
+
 def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
-    """Runs in a hang-safe child: reads what lives in the target's memory."""
+    """Runs in a hang-safe child: reads what lives in the target's memory.
+
+    Only anonymous memory is read, each read bounded: the environment and the command
+    line only when the ranges the kernel's stat gives for them lie in anonymous
+    mappings (PR_SET_MM_MAP lets a process point them anywhere, at a file on a FUSE
+    mount it can stall included), a path argument only inside an anonymous mapping.
+    """
     out: dict = {}
+    progress("maps")
+    anon = _anonymous(_read_bounded(f"{proc}/{pid}/maps", MAPS_MAX))
+    stat = _read_bounded(f"{proc}/{pid}/stat", 4096)
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+    except ValueError:
+        arg_start = arg_end = env_start = env_end = 0
+    skipped = []
     progress("environ")
-    with open(f"{proc}/{pid}/environ", "rb") as f:
-        env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
-    for key in (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"LOCAL_RANK",
-                b"SLURM_LOCALID", b"SLURM_JOB_ID"):
-        if key in env:
-            out[key.decode()] = env[key].decode("utf-8", "replace")
+    if env_start == env_end:
+        pass                        # no environment (or the kernel would not say where)
+    elif _within(anon, env_start, env_end):
+        data = _read_bounded(f"{proc}/{pid}/environ", ENVIRON_MAX)
+        env = dict(item.split(b"=", 1) for item in data.split(b"\0") if b"=" in item)
+        for key in (b"RANK", b"SLURM_PROCID", b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"LOCAL_RANK",
+                    b"SLURM_LOCALID", b"SLURM_JOB_ID"):
+            if key in env:
+                out[key.decode()] = env[key].decode("utf-8", "replace")
+    else:
+        skipped.append("environment")
     progress("cmdline")
-    with open(f"{proc}/{pid}/cmdline", "rb") as f:
-        out["cmdline"] = f.read(4096).replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    # The kernel reads on into the environment when the command line does not end in
+    # NUL (setproctitle): both ranges must be safe.
+    if _within(anon, arg_start, arg_end) and (env_start == env_end or _within(anon, env_start, env_end)):
+        data = _read_bounded(f"{proc}/{pid}/cmdline", CMDLINE_MAX)
+        out["cmdline"] = data.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    else:
+        skipped.append("command line")
     paths = []
     if addrs:
         progress("mem")
-        with open(f"{proc}/{pid}/mem", "rb", buffering=0) as f:
+        with open(f"{proc}/{pid}/mem", "rb", buffering=0) as mem:
             for addr in addrs:
+                hi = next((h for lo, h in anon if lo <= addr < h), None)
+                if hi is None:
+                    paths.append(None)
+                    skipped.append("path argument")
+                    continue
                 try:
-                    f.seek(addr)
-                    paths.append(os.fsdecode(f.read(4096).split(b"\0", 1)[0]))
+                    mem.seek(addr)
+                    data = mem.read(min(hi - addr, PATH_MAX))
+                    paths.append(os.fsdecode(data.split(b"\0", 1)[0]))
                 except (OSError, ValueError, OverflowError):
                     paths.append(None)
     out["paths"] = paths
+    if skipped:
+        out["skipped"] = ", ".join(skipped) + " not in anonymous memory: not read"
     return out
 
 
@@ -114,8 +202,9 @@ class StuckTasksCheck:
             return []
         found = self._scan(ctx)
         self._seen_at, self._seen_wall = time.monotonic(), time.time()
-        for pid, tid, comm, _state, _start in found:
-            if comm == PROBE_COMM:
+        ours = _own_children(ctx)
+        for pid, tid, _comm, _state, start in found:
+            if (pid, start) in ours:
                 continue                 # our own stuck probe: its check reports it
             s = procfs.sample(pid, tid, self.proc)
             if s is not None and s.state == "D":
@@ -149,7 +238,7 @@ class StuckTasksCheck:
             return []
         seen = [(a, b) for a, b in self._resample(ctx, previous) if a.switches == b.switches]
         now = time.time()
-        kernel = self._kernel_lines([b for _, b in seen]) if seen else {}
+        kernel = self._kernel_lines(ctx, [b for _, b in seen]) if seen else {}
         state, watching, stuck = {}, [], {}
         for _, b in seen:
             entry = previous.get(b.key)
@@ -175,7 +264,7 @@ class StuckTasksCheck:
             if f is not None:
                 out.append(f)
         for b, held in watching:
-            ref = self._ref(b.pid)
+            ref = self._ref(b.pid, b.uid)
             if ref is not None and not ref.belongs_to(ctx.node):
                 continue
             who = f"job {ref.job} " if ref else ""
@@ -208,7 +297,7 @@ class StuckTasksCheck:
         return out
 
 
-    def _kernel_lines(self, samples: list[procfs.TaskSample]) -> dict[int, tuple[str, float]]:
+    def _kernel_lines(self, ctx, samples: list[procfs.TaskSample]) -> dict[int, tuple[str, float]]:
         """tid -> (the kernel's hung-task line, wall time the task has been blocked since).
 
         The kernel's own "blocked for more than N seconds" corroborates a sighting and
@@ -219,7 +308,7 @@ class StuckTasksCheck:
         ticks = procfs.boot_ticks()
         mono_now, wall_now = time.monotonic(), time.time()
         lines = {}
-        for rec, m in kmsg.match(kmsg.read(), "hung_task"):
+        for rec, m in kmsg.match(kmsg.read(path=ctx.config.kernel_log), "hung_task"):
             s = wanted.get(int(m.group("pid")))
             blocked_at = rec.usec / 1e6 - int(m.group("seconds"))
             # Same tid and comm, and a task that existed then (not a reused tid).
@@ -228,19 +317,29 @@ class StuckTasksCheck:
             lines[s.tid] = (rec.text, wall_now - (mono_now - blocked_at))
         return lines
 
-    def _ref(self, pid: int) -> JobRef | None:
+    def _cgroup_ref(self, pid: int) -> JobRef | None:
         text = procfs.text(f"{self.proc}/{pid}/cgroup")
         return from_cgroup(text) if text else None
+
+    def _ref(self, pid: int, uid: int) -> JobRef | None:
+        """The job from the cgroup, when the cgroup's uid_U is the task's own uid: a
+        task of one user in a cgroup named for another is nobody's job we act on."""
+        ref = self._cgroup_ref(pid)
+        if ref is not None and ref.uid is not None and ref.uid != uid:
+            return None
+        return ref
 
     def _diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
         results: list[Stuck] = []
         tasks = []
         listpids = None
+        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith(f"{NAME}:inspect:"))
         for pid, items in sorted(stuck.items()):
             items.sort(key=lambda x: -x[1])
             first, held = items[0]
-            ref = self._ref(pid)
-            if ref is None and ctx.config.stuck_tasks.listpids_fallback:
+            named = self._cgroup_ref(pid)
+            ref = self._ref(pid, first.uid)
+            if named is None and ctx.config.stuck_tasks.listpids_fallback:
                 if listpids is None:
                     listpids = _listpids(ctx)
                 ref = listpids.get(pid)
@@ -252,16 +351,27 @@ class StuckTasksCheck:
             d.wchan = (procfs.text(f"{self.proc}/{pid}/task/{first.tid}/wchan") or "").strip()
             d.stack = procfs.stack(pid, first.tid, self.proc)
             results.append(d)
-            tasks.append(Task(f"{NAME}:inspect:{pid}:{first.start}", _inspect,
-                              (pid, self.proc, addrs), ctx.config.stuck_tasks.inspect_timeout))
-        outcomes = ctx.runner.run(tasks) if tasks else {}
+            if inspect_stuck >= INSPECT_STUCK_MAX:
+                d.inspect = f"not read: {inspect_stuck} earlier readers are stuck in the kernel"
+                tasks.append(None)
+            elif len([t for t in tasks if t]) >= INSPECT_PER_RUN:
+                d.inspect = f"not read: at most {INSPECT_PER_RUN} processes are read per run"
+                tasks.append(None)
+            else:
+                tasks.append(Task(f"{NAME}:inspect:{pid}:{first.start}", _inspect,
+                                  (pid, self.proc, addrs), ctx.config.stuck_tasks.inspect_timeout))
+        live = [t for t in tasks if t]
+        outcomes = ctx.runner.run(live) if live else {}
         for d, task in zip(results, tasks):
+            if task is None:
+                self._locate(ctx, d)
+                continue
             o = outcomes[task.key]
             if o.status == DONE:
                 v = o.value
                 d.rank = v.get("RANK") or v.get("SLURM_PROCID") or v.get("OMPI_COMM_WORLD_RANK") or v.get("PMI_RANK")
                 d.cmdline = v.get("cmdline", "")
-                d.inspect = "ok"
+                d.inspect = v.get("skipped") or "ok"
                 path = next((p for p in v.get("paths", []) if p), None)
                 if path and not d.file:
                     d.file = path if path.startswith("/") else os.path.join(
@@ -304,19 +414,43 @@ class StuckTasksCheck:
             if m is not None:
                 d.mountpoint, d.fstype = m.mountpoint, m.fstype
                 network = m.is_network
+                d.mount_owner = self._mount_owner(ctx, d, table, m)
             else:
                 network = False
         else:
             network = False
         symbols = " ".join([d.wchan] + d.stack).lower()
-        if any(s in symbols for s in GPU_SYMBOLS):
+        if d.mount_owner is not None:
+            d.cause = "user_mount"
+        elif any(s in symbols for s in GPU_SYMBOLS):
             d.cause = "gpu_driver"
         elif network or any(s in symbols for s in FS_SYMBOLS):
             d.cause = "shared_filesystem"
 
+    def _mount_owner(self, ctx, d: Stuck, table: MountTable, m) -> int | None:
+        """The uid of the user whose own FUSE mount this is, None for the node's mounts.
+
+        fusermount3 records the mounting user as user_id. A user who mounts FUSE in a
+        user namespace of their own appears as uid 0 there, so a FUSE mount seen only in
+        another mount namespace than ours, and not ours too, is the task's user's.
+        """
+        owner = table.user_owner(m)
+        if owner is not None:
+            return owner
+        if not m.is_fuse:
+            return None
+        mine = procfs.readlink(f"{self.proc}/self/ns/mnt")
+        theirs = procfs.readlink(f"{self.proc}/{d.sample.pid}/ns/mnt")
+        if mine and theirs and mine != theirs:
+            host = ctx.mounts.at(m.mountpoint)
+            if host is None or not host.is_fuse or host.user_fuse or host.source != m.source:
+                return d.sample.uid
+        return None
+
     def _finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
-        d.file, d.cmdline = clean_text(d.file), clean_text(d.cmdline)   # user-chosen bytes
+        # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
+        d.file, d.cmdline = printable(d.file), printable(d.cmdline)
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
         where = ""
         if d.file:
@@ -332,6 +466,10 @@ class StuckTasksCheck:
             who += f"task {ref.task} "
         threads = f" ({len(d.tids)} threads)" if len(d.tids) > 1 else ""
         held = "still stuck after the job ended" if after_end else f"stuck {d.seconds:.0f}s"
+        own = d.mount_owner is not None
+        mine = own and d.mount_owner == s.uid
+        if own:
+            where += f" (a FUSE mount of uid {d.mount_owner}" + (", the task's own user)" if mine else ")")
         summary = f"{who}pid {s.pid}{threads} {held} in {call}{where}"
         # The node reason must be stable across runs (no duration) and short.
         short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
@@ -345,10 +483,22 @@ class StuckTasksCheck:
             "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
             "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
+            "mount_owner": d.mount_owner,
         }
         detail = (f"cause: {CAUSE_LABEL[d.cause]}; comm {s.comm}; wchan {d.wchan or '?'}; "
                   f"stack {' < '.join(d.stack[:4]) or 'unreadable'}"
                   + (f"; kernel: {d.kernel}" if d.kernel else ""))
+        incident = f"{ctx.node}:{s.pid}:{s.start}"
+        if own:
+            # The user's own storage: the job's problem. The node stays in service; the
+            # job gets the diagnosis and, for the user's own mount, the configured action.
+            if ref is None and ctx.config.stuck_tasks.non_job_tasks == "ignore":
+                return None
+            action = ctx.config.stuck_tasks.own_mount if mine else "comment"
+            return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck_own_mount",
+                           severity=WARN, summary=summary, detail=detail, evidence=evidence,
+                           job=ref.job if ref else None, incident=incident, reason=reason,
+                           job_action=action if ref else "")
         if ref is None:
             mode = ctx.config.stuck_tasks.non_job_tasks
             if mode == "ignore":
@@ -359,8 +509,19 @@ class StuckTasksCheck:
         return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck", severity=severity,
                        summary=summary, detail=detail, evidence=evidence,
                        job=ref.job if ref else None,
-                       incident=f"{ctx.node}:{s.pid}:{s.start}", reason=reason, needs_reboot=True,
+                       incident=incident, reason=reason, needs_reboot=True,
                        hard=True, resumable=False)
+
+
+def _own_children(ctx) -> set[tuple[int, int]]:
+    """(pid, start ticks) of our children the runner knows are stuck in the kernel."""
+    out = set()
+    for entry in ctx.runner.stuck().values():
+        try:
+            out.add((int(entry["pid"]), int(entry["start"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out
 
 
 def _listpids(ctx) -> dict[int, JobRef]:

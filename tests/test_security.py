@@ -1,0 +1,564 @@
+"""Attacks by a real unprivileged cluster user, each of which must fail.
+
+slurm-hooks runs as root on every node; a job's user controls process names, command
+lines, environments, file names, their own FUSE mounts (fusermount3, user namespaces),
+cgroups delegated to them and text inside kernel records. Every test here runs the
+attack as that user (tests/attacker.py: useradd, setpriv, sbatch as them) against the
+real kernel and the real test cluster, and asserts that no node is drained, no other
+job is touched and no child of ours is left stuck.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from attacker import PY, unprivileged_user
+from helpers import ROOT, SLURM_HOOKS, gpu, poll
+from mounts_fixtures import start_fuse
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+@pytest.fixture(scope="session")
+def mallory_session():
+    with unprivileged_user() as user:
+        yield user
+
+
+@pytest.fixture
+def mallory(mallory_session):
+    yield mallory_session
+    mallory_session.cleanup()
+
+
+@pytest.fixture
+def sys_hung(mallory_session):
+    """The node's own FUSE mount (root's, allow_other) whose server never answers, where
+    the user can reach it."""
+    m = start_fuse(mallory_session.base / f"sys-hung-{time.monotonic_ns()}", "unanswered")
+    yield m
+    m.close()
+
+
+# --- helpers ---------------------------------------------------------------------------
+def _merge(into: dict, extra: dict) -> dict:
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+    return into
+
+
+def configure(root: Path, cluster=None, **cfg) -> Path:
+    doc = {"state_dir": str(root / "state"), "journal": str(root / "journal.jsonl"), "syslog": False,
+           "prometheus_textfile_dir": None, "gpu": {"enabled": "false"},
+           "filesystems": [{"path": str(root)}],
+           "stuck_tasks": {"grace": 0.5, "sample_window": 0.3}}
+    if cluster is not None:
+        doc["slurm"] = {"conf": str(cluster.conf_path), "timeout": 10}
+    _merge(doc, cfg)
+    path = root / "slurm-hooks.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def slurm_hooks(config: Path, *args, node: str = "n1", env: dict | None = None, timeout: float = 60):
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(config), *args], capture_output=True, text=True,
+                       timeout=timeout, env={"SLURMD_NODENAME": node, **(env or {})})
+    assert r.returncode in (0, 1), r.stderr
+    return r
+
+
+def healthcheck(config: Path, *args, **kw) -> dict:
+    rec = json.loads(slurm_hooks(config, "healthcheck", "--json", *args, **kw).stdout)
+    rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+    return rec
+
+
+def about(rec: dict, pid: int) -> list[dict]:
+    return [f for f in rec["findings"] if f["evidence"].get("pid") == pid]
+
+
+def until_diagnosed(run, pid: int, statuses=("stuck", "stuck_own_mount"), tries: int = 6) -> dict:
+    """Run the health check until it has diagnosed pid (grace is short in these tests)."""
+    for _ in range(tries):
+        rec = run()
+        if any(f["status"] in statuses for f in about(rec, pid)):
+            return rec
+        time.sleep(0.3)
+    raise AssertionError(f"pid {pid} never diagnosed; last findings {rec['findings']}")
+
+
+def d_task(uid: int, within: float = 15) -> tuple[int, int]:
+    """(pid, tid) of a thread of uid in D state."""
+    def find():
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.stat(f"/proc/{pid}").st_uid != uid:
+                    continue
+                for tid in os.listdir(f"/proc/{pid}/task"):
+                    data = open(f"/proc/{pid}/task/{tid}/stat", "rb").read()
+                    if data[data.rfind(b")") + 2:].split()[0] == b"D":
+                        return int(pid), int(tid)
+            except OSError:
+                continue
+        return None
+    return poll(find, within, what=f"a task of uid {uid} in D")
+
+
+def readable_by_users(cluster) -> Path:
+    """The cluster's configuration lives in pytest's tmp, root's alone; users must read
+    slurm.conf and plugstack.conf as they read /etc/slurm on a real node. Only the way
+    there becomes traversable (o+x), nothing else becomes readable."""
+    conf = Path(cluster.conf_path)
+    for d in reversed(conf.parents):
+        mode = d.stat().st_mode
+        if not mode & 0o001:
+            d.chmod((mode & 0o7777) | 0o001)
+    for f in conf.parent.glob("*.conf"):
+        f.chmod(0o644)
+    return conf
+
+
+def sbatch_as(user, cluster, body: str, *args: str) -> int:
+    user._n += 1
+    script = user.write(f"job{user._n}.sh", "#!/bin/sh\n" + body, 0o755)
+    conf = readable_by_users(cluster)
+    r = user.run("sbatch", "--parsable", "-N1", "-w", "n1", "--chdir", user.home,
+                 "-o", user.home / f"job{user._n}.out", *args, script, env=user.env(SLURM_CONF=str(conf)))
+    return int(r.stdout.strip().split(";")[0])
+
+
+def actions(root: Path) -> list[dict]:
+    path = root / "journal.jsonl"
+    if not path.exists():
+        return []
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("event") == "action"]
+
+
+def untouched(cluster, job: int) -> None:
+    info = cluster.show_job(job)
+    assert info["JobState"] == "RUNNING", info["JobState"]
+    assert info.get("Restarts") == "0"
+    assert info.get("AdminComment", "") in ("", "(null)"), info.get("AdminComment")
+
+
+def not_drained(cluster, node: str = "n1") -> None:
+    state = cluster.node_state(node)
+    assert "DRAIN" not in state, (state, cluster.show_node(node).get("Reason"))
+
+
+# --- 1. the user's own FUSE mount, found by discovery -------------------------------------
+def test_a_users_fuse_mount_is_never_probed_and_drains_nothing(clean_cluster, mallory, tmp_path):
+    hung = mallory.fuse("unanswered", "hung")       # root gets EACCES, or would hang
+    fine = mallory.fuse("ok", "fine")
+    # The shipped defaults: no filesystems listed, discovery of network/FUSE mounts on.
+    config = configure(tmp_path, clean_cluster, filesystems=[], stuck_tasks={"enabled": False})
+    probed = json.loads(slurm_hooks(config, "check", "filesystem", "--json").stdout)
+    targets = [f["target"] for c in probed["checks"] for f in c["findings"]]
+    assert "/tmp" in targets and str(hung.path) not in targets and str(fine.path) not in targets
+    rec = healthcheck(config)
+    assert not [f for f in rec["findings"] if str(mallory.home) in json.dumps(f)]
+    assert not [a for a in rec["actions"] if a["kind"] == "drain"], rec["actions"]
+    not_drained(clean_cluster)
+
+
+# --- 2. a job stuck on its user's own FUSE mount is the job's problem ----------------------
+OWN_MOUNT_JOB = f"""
+rm -f own.ready
+{PY} fusefs.py unanswered "$PWD/own" --fusermount --ready-file "$PWD/own.ready" --name own &
+while [ ! -e own.ready ]; do sleep 0.05; done
+exec {PY} -c 'open("own/data.bin", "rb")'
+"""
+USERNS_JOB = f"""
+rm -f ns.ready
+exec unshare -Urm sh -c '{PY} fusefs.py unanswered "$PWD/ns" --ready-file "$PWD/ns.ready" --name ns &
+while [ ! -e ns.ready ]; do sleep 0.05; done
+exec {PY} -c "open(\\"ns/data.bin\\", \\"rb\\")"'
+"""
+
+
+@pytest.mark.parametrize("how,own_mount", [("fusermount", "comment"), ("fusermount", "cancel"),
+                                           ("fusermount", "requeue"), ("userns", "comment")])
+def test_a_job_stuck_on_its_users_own_mount_is_the_jobs_problem(clean_cluster, mallory, tmp_path,
+                                                                how, own_mount):
+    cluster = clean_cluster
+    mallory.mkdir("own" if how == "fusermount" else "ns")
+    job = sbatch_as(mallory, cluster, OWN_MOUNT_JOB if how == "fusermount" else USERNS_JOB, "--requeue")
+    pid, _ = d_task(mallory.uid)
+    config = configure(tmp_path, cluster, stuck_tasks={"own_mount": own_mount})
+    rec = until_diagnosed(lambda: healthcheck(config), pid)
+    [f] = [f for f in about(rec, pid) if f["status"] == "stuck_own_mount"]
+    assert f["severity"] == "warn" and f["job"] == str(job) and f["evidence"]["mount_owner"] == mallory.uid
+    assert "the task's own user" in f["summary"] and rec["status"] != "unhealthy"
+    kinds = [a["kind"] for a in rec["actions"]]
+    assert "drain" not in kinds and "reboot" not in kinds, rec["actions"]
+    assert kinds == ["comment"] + ([own_mount] if own_mount != "comment" else []), rec["actions"]
+    assert all(a["outcome"] == "done" for a in rec["actions"]), rec["actions"]
+    assert f"job {job}" in cluster.show_job(job)["AdminComment"]
+    if own_mount == "cancel":
+        cluster.wait_for(lambda: cluster.job_state(job) in ("CANCELLED", "COMPLETED"), 15, what="cancelled")
+    elif own_mount == "requeue":
+        cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 15, what="requeued")
+    else:
+        assert cluster.job_state(job) == "RUNNING"
+    # No drain, no reboot, no drain-storm budget: the node took no part.
+    not_drained(cluster)
+    again = healthcheck(config)
+    assert not [a for a in again["actions"] if a["outcome"] == "done"], "once per incident"
+    assert not (tmp_path / "state" / "n1" / "breaker.json").exists()
+
+
+# --- 3. kernel-log lines a user forged into a real kernel record -------------------------
+CODE = {"x86_64": b"\x31\xc0\x8b\x00\xc3",                          # xor eax,eax; mov eax,[rax]
+        "aarch64": b"\x00\x00\x80\xd2\x00\x00\x40\xf9"}              # mov x0,#0; ldr x0,[x0]
+CRASH = """
+import ctypes, os, sys
+name, code = sys.argv[1], bytes.fromhex(sys.argv[2])
+with open(name, "wb") as f:
+    f.write(code + bytes(4096 - len(code)))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+addr = libc.mmap(None, 4096, 5, 2, os.open(name, os.O_RDONLY), 0)
+ctypes.CFUNCTYPE(ctypes.c_int)(addr)()       # SIGSEGV at an address inside the file
+"""
+
+
+def forge(user, text: str) -> str:
+    """Crash a process of the user whose faulting code lies in a file named `text`: the
+    kernel's own segfault record then ends with that name. Returns the record."""
+    from slurm_hooks import kmsg
+    before = kmsg.read()
+    last = before[-1].seq if before else -1
+    r = user.run(PY, "-c", CRASH, text, CODE[platform.machine()].hex(), check=False)
+    assert r.returncode == -11, r                     # killed by SIGSEGV
+    rec = poll(lambda: next((x for x in kmsg.read(after_seq=last) if text in x.text), None), 5,
+               what="the kernel's segfault record naming the file")
+    assert rec.from_kernel and "segfault at" in rec.text, rec
+    return rec
+
+
+def test_a_forged_xid_in_a_real_segfault_record_is_not_an_xid(mallory, tmp_path):
+    from slurm_hooks import kmsg
+    before = kmsg.read()
+    xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+    rec = forge(mallory, xid)
+    assert list(kmsg.match([rec], "xid")) == []
+    # The GPU check reading the real kernel log from before the crash: no event.
+    state = tmp_path / "state" / "n1"
+    state.mkdir(parents=True)
+    (state / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
+                                                     "seq": before[-1].seq if before else -1}))
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps({"gpus": [gpu(i) for i in range(2)]}))
+    config = configure(tmp_path, gpu={"enabled": "true", "count": 2, "timeout": 5}, kernel_log="/dev/kmsg")
+    out = json.loads(slurm_hooks(config, "check", "gpu", "--json", env={
+        "PYTHONPATH": str(ROOT / "tests" / "fake_nvml"), "FAKE_NVML_SCENARIO": str(scenario)}).stdout)
+    findings = [f for c in out["checks"] for f in c["findings"]]
+    assert not [f for f in findings if f["status"].startswith("xid")], findings
+    assert out["status"] == "healthy"
+
+
+HANG_ON = """
+import sys
+open(sys.argv[1] + "/x", "rb")
+"""
+
+
+def test_a_forged_hung_task_line_does_not_skip_the_grace(mallory, sys_hung, tmp_path):
+    p = mallory.python(HANG_ON, sys_hung.path)
+    pid, _ = d_task(mallory.uid)
+    assert pid == p.pid
+    time.sleep(2.2)
+    forge(mallory, f"INFO: task python3:{pid} blocked for more than 2 seconds.")
+    config = configure(tmp_path, stuck_tasks={"grace": 2, "sample_window": 0.3, "non_job_tasks": "drain"},
+                       kernel_log="/dev/kmsg")
+    out = json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)
+    [f] = [f for c in out["checks"] for f in c["findings"] if f["evidence"].get("pid") == pid]
+    # Our first look at the task: without the kernel's (real) word, it is only watched.
+    assert f["status"] == "watching", f
+
+
+# --- 4. cgroups a user made to look like a job's ----------------------------------------
+FREEZER = Path("/sys/fs/cgroup/freezer")
+INTO_CGROUP = """
+import os, sys, time
+cgroup, hung, go = sys.argv[1], sys.argv[2], sys.argv[3]
+if cgroup != "-":
+    with open(cgroup + "/cgroup.procs", "w") as f:
+        f.write(str(os.getpid()))
+while not os.path.exists(go):
+    time.sleep(0.05)
+open(hung + "/x", "rb")
+"""
+
+
+@pytest.fixture
+def cgroups(mallory_session):
+    made: list[Path] = []
+    yield made
+    mallory_session.cleanup()              # a cgroup with a process in it cannot go
+    for path in sorted(made, key=lambda p: len(str(p)), reverse=True):
+        for _ in range(50):
+            try:
+                path.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_a_spoofed_job_cgroup_does_not_make_the_task_that_job(clean_cluster, mallory, sys_hung,
+                                                               tmp_path, cgroups):
+    cluster = clean_cluster
+    victim = cluster.sbatch("-N1", "-w", "n1", script="sleep 300\n")
+    cluster.wait_for(lambda: cluster.job_state(victim) == "RUNNING", 20, what="victim running")
+    # What systemd does for user@UID.service: a cgroup subtree the user owns.
+    delegated = FREEZER / "user.slice" / f"user-{mallory.uid}.slice" / f"user@{mallory.uid}.service"
+    delegated.mkdir(parents=True)
+    cgroups.extend([delegated.parent.parent, delegated.parent, delegated])
+    for path in (delegated, delegated / "cgroup.procs", delegated / "tasks"):
+        os.chown(path, mallory.uid, mallory.gid)
+    spoof = delegated / "slurm" / "uid_0" / f"job_{victim}" / "step_batch" / "task_0"
+    mallory.run("mkdir", "-p", spoof)
+    cgroups.extend(spoof.parents[i] for i in range(4))
+    cgroups.append(spoof)
+    go = mallory.home / "go"
+    p = mallory.python(INTO_CGROUP, spoof, sys_hung.path, go)
+    poll(lambda: f"job_{victim}" in open(f"/proc/{p.pid}/cgroup").read(), 10, what="moved")
+    go.touch()
+    d_task(mallory.uid)
+    config = configure(tmp_path, clean_cluster)
+    rec = until_diagnosed(lambda: healthcheck(config), p.pid)
+    [f] = [f for f in about(rec, p.pid) if f["status"] == "stuck"]
+    assert f["job"] is None and f["severity"] == "warn", f     # a task outside any job
+    assert rec["actions"] == []
+    untouched(cluster, victim)
+    not_drained(cluster)
+
+
+def test_job_actions_need_slurms_word_on_the_jobs_user(clean_cluster, mallory, sys_hung, tmp_path, cgroups):
+    """Even a real Slurm cgroup path is not enough: the job must be Slurm's job of the
+    task's user on this node. Root puts the user's task into a cgroup saying it is job J
+    of the user's uid, where Slurm's job J is root's."""
+    cluster = clean_cluster
+    victim = cluster.sbatch("-N1", "-w", "n1", script="sleep 300\n")
+    cluster.wait_for(lambda: cluster.job_state(victim) == "RUNNING", 20, what="victim running")
+    fake = FREEZER / "slurm_n1" / f"uid_{mallory.uid}" / f"job_{victim}" / "step_0"
+    fake.mkdir(parents=True)
+    cgroups.extend([fake.parent.parent, fake.parent, fake])
+    go = mallory.home / "go"
+    p = mallory.python(INTO_CGROUP, "-", sys_hung.path, go)
+    (fake / "cgroup.procs").write_text(str(p.pid))
+    go.touch()
+    d_task(mallory.uid)
+    config = configure(tmp_path, clean_cluster, actions={"drain": False})
+    rec = until_diagnosed(lambda: healthcheck(config), p.pid)
+    [f] = [f for f in about(rec, p.pid) if f["status"] == "stuck"]
+    assert f["job"] == str(victim)
+    refused = {a["kind"]: a for a in rec["actions"]}
+    assert set(refused) == {"comment", "requeue"}, rec["actions"]
+    for a in refused.values():
+        assert a["outcome"] == "skipped" and \
+            f"belongs to uid 0, the diagnosed task to uid {mallory.uid}" in a["message"], a
+    untouched(cluster, victim)
+
+
+# --- 5. memory reads a user can make hang --------------------------------------------------
+MEM_ATTACK = """
+import ctypes, os, signal, sys, threading, time
+own, hung, server, ready = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+libc.open.argtypes = [ctypes.c_void_p, ctypes.c_int]
+path = (hung + "/x").encode()
+with open(own + "/page", "wb") as f:
+    f.write(path + bytes(4096 - len(path)))
+fd = os.open(own + "/page", os.O_RDONLY)
+addr = libc.mmap(None, 4096, 1, 1, fd, 0)       # the path lives in a page of the user's file
+ctypes.string_at(addr, 1)
+threading.Thread(target=lambda: libc.open(addr, 0), daemon=True).start()   # stuck in D, arg = addr
+time.sleep(0.5)
+libc.madvise(addr, 4096, 4)                     # unmap the page and drop it from the cache:
+os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # reading it means asking the server again
+os.kill(server, signal.SIGUSR1)                 # which no longer answers
+open(ready, "w").close()
+time.sleep(3600)
+"""
+
+
+def test_reading_a_stuck_tasks_memory_never_touches_a_users_file_pages(mallory, sys_hung, tmp_path):
+    own = mallory.fuse("ok", "own")
+    ready = mallory.home / "mem.ready"
+    p = mallory.python(MEM_ATTACK, own.path, sys_hung.path, own.pid, ready)
+    poll(lambda: ready.exists() or p.poll() is not None, 10, what="attack ready")
+    assert p.poll() is None
+    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 1})
+    run = lambda: json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)  # noqa: E731
+    for _ in range(6):
+        out = run()
+        found = [f for c in out["checks"] for f in c["findings"]
+                 if f["evidence"].get("pid") == p.pid and f["status"] == "stuck"]
+        if found:
+            break
+        time.sleep(0.3)
+    [f] = found
+    assert f["evidence"]["syscall"] == "openat" and f["evidence"]["inspect"] == \
+        "path argument not in anonymous memory: not read", f["evidence"]
+    # Nothing of ours is stuck reading the user's page.
+    stuck = tmp_path / "state" / "n1" / "stuck-children.json"
+    assert not stuck.exists() or json.loads(stuck.read_text()) == {}
+
+
+ENV_ATTACK = """
+import ctypes, mmap, os, sys, threading, time
+hung, ready = sys.argv[1], sys.argv[2]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+libc.sbrk.restype = ctypes.c_void_p
+size = 1 << 30                                     # a 1 GiB "environment", never touched
+big = libc.mmap(None, size, 1, 0x22 | 0x4000, -1, 0)  # PROT_READ, MAP_PRIVATE|ANON|NORESERVE
+f = open("/proc/self/stat").read()
+v = [int(x) for x in f[f.rfind(")") + 2:].split()[1:]]
+field = lambda n: v[n - 4]
+auxv = open("/proc/self/auxv", "rb").read()
+auxbuf = ctypes.create_string_buffer(auxv)
+class MM(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in ("start_code", "end_code", "start_data", "end_data",
+                "start_brk", "brk", "start_stack", "arg_start", "arg_end", "env_start", "env_end")] + \\
+               [("auxv", ctypes.c_uint64), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
+mm = MM(field(26), field(27), field(45), field(46), field(47), libc.sbrk(0), field(28), field(48), field(49),
+        big, big + size, ctypes.addressof(auxbuf), len(auxv), 0xffffffff)
+rc = libc.prctl(35, 14, ctypes.addressof(mm), ctypes.sizeof(mm), 0)   # PR_SET_MM, PR_SET_MM_MAP
+open(ready, "w").write(str(rc if rc == 0 else ctypes.get_errno()))
+threading.Thread(target=lambda: open(hung + "/x", "rb"), daemon=True).start()
+time.sleep(3600)
+"""
+
+
+def test_a_huge_environment_is_read_only_so_far(mallory, sys_hung, tmp_path):
+    ready = mallory.home / "env.ready"
+    p = mallory.python(ENV_ATTACK, sys_hung.path, ready)
+    poll(lambda: ready.exists() and ready.read_text(), 10, what="attack ready")
+    assert ready.read_text() == "0", f"prctl(PR_SET_MM_MAP) failed: errno {ready.read_text()}"
+    stat = open(f"/proc/{p.pid}/stat").read()
+    env_start, env_end = (int(x) for x in stat[stat.rfind(")") + 2:].split()[47:49])
+    assert env_end - env_start == 1 << 30
+    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 2})
+    for _ in range(6):
+        t0 = time.monotonic()
+        out = json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)
+        took = time.monotonic() - t0
+        found = [f for c in out["checks"] for f in c["findings"]
+                 if f["evidence"].get("pid") == p.pid and f["status"] == "stuck"]
+        if found:
+            break
+        time.sleep(0.3)
+    [f] = found
+    assert f["evidence"]["inspect"] == "ok", f["evidence"]      # read, but only 128 KiB of it
+    assert took < 5
+
+
+# --- 6. control characters a user chose --------------------------------------------------
+EVIL_JOB = f"""
+ARG=$(printf 'arg-\\033]0;title\\007-end')
+exec {PY} -c '
+import sys
+open("/proc/self/comm", "w").write("\\033[2J\\033[31mX\\nY")
+open(sys.argv[1] + "/\\033[31mlog\\n.txt", "a")
+' "$HUNG" "$ARG"
+"""
+
+
+def test_no_control_character_of_a_user_reaches_any_output(clean_cluster, mallory, sys_hung, tmp_path):
+    cluster = clean_cluster
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    sock_path = str(tmp_path / "syslog.sock")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(sock_path)
+    sock.settimeout(0.2)
+    job = sbatch_as(mallory, cluster, f"HUNG={sys_hung.path}\n" + EVIL_JOB, "--requeue")
+    pid, _ = d_task(mallory.uid)
+    config = configure(tmp_path, cluster, syslog=True, syslog_socket=sock_path,
+                       prometheus_textfile_dir=str(prom))
+    rec = until_diagnosed(lambda: healthcheck(config), pid)
+    [f] = [f for f in about(rec, pid) if f["status"] == "stuck"]
+    assert f["evidence"]["comm"].startswith("\\x1b[2J") and "\\x0a" in f["evidence"]["file"], f
+    assert "arg-\\x1b]0;title\\x07-end" in f["evidence"]["cmdline"]
+    texts = {
+        "report": slurm_hooks(config, "healthcheck", "--dry-run").stdout,
+        "json": json.dumps(rec, ensure_ascii=False),
+        "explain": slurm_hooks(config, "explain", "--node", "n1").stdout,
+        "status": slurm_hooks(config, "status").stdout,
+        "prometheus": (prom / "slurm_hooks_n1.prom").read_text(),
+        "reason": cluster.show_node("n1")["Reason"],
+        "admincomment": cluster.show_job(job).get("AdminComment", ""),
+    }
+    syslog = []
+    while True:
+        try:
+            syslog.append(sock.recv(65536).decode("utf-8", "replace"))
+        except (socket.timeout, BlockingIOError):
+            break
+    sock.close()
+    texts["syslog"] = "\n".join(syslog)
+    assert syslog and f"pid {pid}" in texts["reason"] and f"job {job}" in texts["admincomment"]
+    for name, text in texts.items():
+        assert "\x1b" not in text and "\x07" not in text, name
+        assert not CONTROL.search(text.replace("\n", "").replace("\t", "")), name
+    # Written out, not dropped: an admin still sees what the user chose.
+    assert "\\x1b[31mlog\\x0a.txt" in texts["report"] and "\\x1b[31mlog\\x0a.txt" in texts["explain"]
+
+
+# --- 7. files root writes where a user can reach --------------------------------------------
+def test_metrics_are_never_written_through_a_users_directory_or_link(mallory, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    shared = mallory.base / "textfile"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o1777)                                   # writable by everyone
+    # The user plants links at every name the old fixed temporary name could take.
+    for pid in range(os.getpid(), os.getpid() + 2000):
+        mallory_link = shared / f"slurm_hooks_n1.prom.{pid}.tmp"
+        os.symlink(victim, mallory_link)
+        os.lchown(mallory_link, mallory.uid, mallory.gid)
+    theirs = mallory.mkdir("textfile")                     # owned by the user
+    for directory in (shared, theirs):
+        config = configure(tmp_path, prometheus_textfile_dir=str(directory), filesystems=[
+            {"path": str(tmp_path)}], stuck_tasks={"enabled": False})
+        rec = healthcheck(config, "--dry-run")
+        assert [w for w in rec["warnings"] if "not written" in w and str(directory) in w], rec["warnings"]
+        assert not (directory / "slurm_hooks_n1.prom").exists()
+    assert victim.read_text() == "precious\n"
+    ours = tmp_path / "ours"
+    ours.mkdir(mode=0o755)
+    config = configure(tmp_path, prometheus_textfile_dir=str(ours), stuck_tasks={"enabled": False})
+    healthcheck(config, "--dry-run")
+    assert (ours / "slurm_hooks_n1.prom").read_text().startswith("# HELP")
+    assert [p.name for p in ours.iterdir()] == ["slurm_hooks_n1.prom"]
+
+
+def test_the_write_probe_leaves_nothing_behind_when_the_read_back_fails(make_fuse, tmp_path):
+    m = make_fuse("errno", errno="EIO", fail_op="read")
+    config = configure(tmp_path, filesystems=[{"path": str(m.path)}], stuck_tasks={"enabled": False})
+    out = json.loads(slurm_hooks(config, "check", "filesystem", "--json").stdout)
+    [f] = [f for c in out["checks"] for f in c["findings"]]
+    assert (f["status"], f["evidence"]["step"], f["evidence"]["errno"]) == ("error", "read", "EIO")
+    assert not [n for n in os.listdir(m.path) if n.startswith(".slurm-hooks-probe")]
