@@ -154,6 +154,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     slurm = None if dry_run or report_only else Slurm(cfg.slurm)
     if slurm is not None and started is not None:
         slurm.deadline = started + cfg.actions.deadline
+    held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
     if (reboot or new_boot) and slurm is not None:
         after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
                                       cfg.policy.resume_after)
@@ -161,8 +163,6 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
             resume = after
     if resume is not None:
         actions.append(resume)
-    held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
-    actions = [a for a in actions if not any(a is h for h, _ in held)]
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, "held", why) for a, why in held]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)

@@ -189,13 +189,22 @@ class Slurm:
         Through `sinfo -n NODE`, which asks slurmctld for that node alone
         (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
         and filters it in the client, and a prolog or epilog must not read the node list."""
-        sinfo = os.path.join(os.path.dirname(self.scontrol or ""), "sinfo")
-        if self.scontrol is None or not os.access(sinfo, os.X_OK):
-            return self.show_node(node)
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
         if self.down is not None:
             raise SlurmUnavailable(self.down)
-        # The reason last: it is free text and may hold the separator.
-        out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+        # Next to scontrol, and never access()ed here: Slurm may live on a hung network
+        # filesystem, and only the hang-safe exec may touch it.
+        sinfo = os.path.join(os.path.dirname(self.scontrol), "sinfo")
+        try:
+            # The reason last: it is free text and may hold the separator.
+            out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "cannot run" in str(e):           # no sinfo installed: the node list it is
+                return self.show_node(node)
+            raise
         for line in out.splitlines():
             name, _, rest = line.partition("|")
             if name != node:
