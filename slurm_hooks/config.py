@@ -131,9 +131,12 @@ class StuckTasksConfig:
 class GpuIdleConfig:
     enabled: bool = setting(True, kind="bool",
                             doc="Report a GPU that idles while the other GPUs of its job are busy.")
-    samples: int = setting(3, kind="int", min=1, max=1000,
-                           doc="Consecutive health-check runs the GPU must be seen idle-while-busy "
-                           "before it fails (a GPU whose process is stuck in D fails at once).")
+    window: float = setting(900.0, kind="seconds",
+                            doc="How long a GPU must idle while its job's other GPUs are busy, "
+                            "without a break, before it is a warning. Alone it never drains: "
+                            "healthy jobs look like this for minutes (a checkpoint written by one "
+                            "rank, RL trainers waiting for rollouts, a slow data loader). Tied to a "
+                            "process of the job stuck in D it is one diagnosis with that task, at once.")
     busy_utilization: float = setting(50.0, kind="number", min=0, max=100,
                                       doc="Utilization (%) at which a GPU counts as busy.")
     idle_utilization: float = setting(5.0, kind="number", min=0, max=100,
@@ -166,8 +169,9 @@ class GpuConfig:
                                     doc="Warn when a GPU's PCIe replay counter grows by this much "
                                     "between two runs.")
     nvlink_error_warn: int = setting(100, kind="int", min=1,
-                                     doc="Warn when a GPU's NVLink error counters grow by this much "
-                                     "between two runs.")
+                                     doc="Warn when a GPU's NVLink CRC error counters grow by this much "
+                                     "between two runs. A link down, and any growth of the replay or "
+                                     "recovery counters, drains (as DCGM's NVLink health watch fails).")
     xid_actions: dict = setting({}, kind="map", key_kind="int",
                                 value={"kind": "enum", "choices": ("drain", "record", "warn")},
                                 doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "

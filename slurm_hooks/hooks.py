@@ -44,7 +44,12 @@ GENERIC = engine.GENERIC_FOR
 class JobInfo:
     id: str
     uid: str | None = None
-    gpus: list[str] | None = None     # indices or UUIDs the job was given, None: unknown
+    # The GPUs the job was given: device minor numbers (SLURM_JOB_GPUS), UUIDs or PCI
+    # ids; None: none (Slurm sets no GPU variable for a job without GPUs).
+    gpus: list[str] | None = None
+    # Why the job's GPUs may hold other jobs' processes by design: the variable saying
+    # it was given a Slurm shard or an MPS share; None: the GPUs are its alone.
+    shared: str | None = None
 
     @classmethod
     def from_env(cls, env) -> "JobInfo | None":
@@ -56,7 +61,9 @@ class JobInfo:
             if env.get(var):
                 gpus = [g.strip() for g in env[var].split(",") if g.strip()]
                 break
-        return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus)
+        shared = next((var for var in ("SLURM_SHARDS_ON_NODE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                       if (env.get(var) or "").strip()), None)
+        return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus, shared=shared)
 
 
 def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> int:

@@ -13,7 +13,7 @@ Series:
   slurm_hooks_filesystem_probe_ok{node,path,fstype}        1 ok or slow, 0 otherwise
   slurm_hooks_filesystem_probe_latency_seconds{node,path,fstype}   time to verdict
   slurm_hooks_filesystem_probe_info{node,path,status}      1 for the current verdict
-  slurm_hooks_stuck_tasks{node,job}                        stuck processes (job="" outside jobs)
+  slurm_hooks_stuck_tasks{node,slurm_job}                  stuck processes (slurm_job="" outside jobs)
   slurm_hooks_gpu_health{node,gpu,pci}                     0 ok, 1 warning, 2 failing
   slurm_hooks_run_duration_seconds{node,hook}
   slurm_hooks_last_run_timestamp_seconds{node,hook}
@@ -88,7 +88,7 @@ def render(record, counters: dict, last_success: float | None, drained: str | No
             for g in f.evidence["gpus"]:
                 gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
     for job, n in sorted(stuck.items()):
-        add("slurm_hooks_stuck_tasks", n, job=job)
+        add("slurm_hooks_stuck_tasks", n, slurm_job=job)
     for (idx, pci), v in sorted(gpus.items()):
         add("slurm_hooks_gpu_health", v, gpu=idx, pci=pci)
     add("slurm_hooks_run_duration_seconds", round(record.duration, 6), hook=hook)

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import ROOT, SLURM_HOOKS
+from helpers import ROOT, SLURM_HOOKS, KernelLog
 
 RULES = ROOT / "packaging" / "prometheus" / "slurm-hooks-rules.yml"
 SCRAPE_JOB = "node"
@@ -61,6 +61,8 @@ class Node:
         doc = {"node_name": self.name, "state_dir": str(self.root / "state"),
                "journal": str(self.root / "journal.jsonl"), "syslog": False,
                "prometheus_textfile_dir": str(self.textfile_dir),
+               # the node's own kernel log: empty unless a test writes records into it
+               "kernel_log": str(KernelLog(self.root / "kmsg")),
                "slurm": {"bin_dir": str(self.root / "no-slurm-here")},
                "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"}}
         for key, value in self.settings.items():
@@ -87,7 +89,7 @@ class Node:
 def exported(labels: dict) -> dict:
     """Labels as Prometheus stores them: a scraped label that clashes with a target
     label (`job`, `instance`) is kept as `exported_NAME` (honor_labels: false, the
-    default). slurm_hooks_stuck_tasks' Slurm `job` label becomes `exported_job`."""
+    default). slurm-hooks writes neither."""
     return {(f"exported_{k}" if k in ("job", "instance") else k): v for k, v in labels.items()}
 
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from helpers import ROOT, gpu, poll, proc_state, seed_kmsg_position
+from helpers import ROOT, gpu, poll, proc_state
 from mounts_fixtures import require_fuse, require_mount_privileges, start_fuse, start_tmpfs
 from promseries import RULES, Node, alert, input_series, promtool_test, scrape_labels
 
@@ -143,7 +143,6 @@ def test_failing_gpu_alerts_naming_the_gpu(tmp_path):
     node = Node("g1", tmp_path / "g1", {"filesystems": [{"path": str(tmp_path)}],
                                          "gpu": {"enabled": "true", "count": 8, "timeout": 5}},
                 env={"PYTHONPATH": str(FAKE_NVML), "FAKE_NVML_SCENARIO": str(scenario)})
-    seed_kmsg_position(node.root / "state" / "g1")
     node.healthcheck()
     health = {(s.labels["gpu"], s.labels["pci"]): s.value for s in node.last("slurm_hooks_gpu_health")}
     assert health.get(("3", "0000:3e:00.0")) == 2 and sum(health.values()) == 2, health
@@ -165,7 +164,6 @@ def test_unresponsive_driver_alerts_for_the_node(tmp_path):
     node = Node("g2", tmp_path / "g2", {"filesystems": [{"path": str(tmp_path)}],
                                          "gpu": {"enabled": "true", "count": 2, "timeout": 1}},
                 env={"PYTHONPATH": str(FAKE_NVML), "FAKE_NVML_SCENARIO": str(scenario)})
-    seed_kmsg_position(node.root / "state" / "g2")
     node.healthcheck()
     assert [s.value for s in node.last("slurm_hooks_check_status") if s.labels["check"] == "gpu"] == [2]
     assert not [s for s in node.last("slurm_hooks_gpu_health") if s.value == 2]
@@ -209,8 +207,8 @@ def test_stuck_task_alert_names_the_job(tmp_path):
 
         def stuck():
             node.healthcheck()      # (other D tasks on this host show as job="")
-            return [s for s in node.last("slurm_hooks_stuck_tasks") if s.labels["job"] == job]
-        got = poll(stuck, 30, interval=0.5, what=f"slurm_hooks_stuck_tasks{{job={job!r}}} in the textfile")
+            return [s for s in node.last("slurm_hooks_stuck_tasks") if s.labels["slurm_job"] == job]
+        got = poll(stuck, 30, interval=0.5, what=f"slurm_hooks_stuck_tasks{{slurm_job={job!r}}} in the textfile")
         assert [s.value for s in got] == [1.0], got
     finally:
         if proc is not None:
@@ -230,7 +228,7 @@ def test_stuck_task_alert_names_the_job(tmp_path):
             {"eval_time": "1m", "alertname": "SlurmHooksStuckTask",
              "exp_alerts": [alert("SlurmHooksStuckTask",
                                   f"1 task(s) of job {job} stuck in uninterruptible sleep on node {node_name}",
-                                  exported_job=job, **scrape_labels(node_name))]},
+                                  slurm_job=job, **scrape_labels(node_name))]},
             {"eval_time": "1m", "alertname": "SlurmHooksStuckTaskOutsideJob", "exp_alerts": []},
         ]}])
 

@@ -339,7 +339,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     # The logrotate rule, forced once: a dated copy, a fresh 0640 journal.
     need("logrotate", "logrotate")
     run(["logrotate", "-f", "-s", tmp_path / "logrotate.state", "/etc/logrotate.d/slurm-hooks"])
-    rotated = sorted(os.listdir("/var/log/slurm-hooks"))
+    rotated = sorted(n for n in os.listdir("/var/log/slurm-hooks") if not n.endswith(".lock"))
     assert re.fullmatch(r"journal\.jsonl-\d{8}", rotated[-1]) and rotated[0] == "journal.jsonl", rotated
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks/journal.jsonl").st_mode) == 0o640
 
