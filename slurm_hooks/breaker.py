@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .slurm import node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_is_drained, parse_oneliner, strip_reason_stamp
 
 
 @dataclass
@@ -30,7 +30,8 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
         info = parse_oneliner(line)
         view.total += 1
         reason = strip_reason_stamp(info.get("Reason", ""))
-        if node_is_drained(info) and reason.startswith(prefix):
+        # Ours: drained, or DOWN/rebooting after a reboot we asked for.
+        if (node_is_drained(info) or foreign_states(info)) and reason.startswith(prefix):
             view.ours[info["NodeName"]] = reason[len(prefix):].strip()
     return view
 

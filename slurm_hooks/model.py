@@ -118,8 +118,9 @@ class Action:
 @dataclass
 class ActionResult:
     action: Action
-    outcome: str               # "done", "dry-run", "skipped", "failed"
+    outcome: str               # "done", "dry-run", "report-only", "skipped", "failed", "held"
     message: str = ""
+    retry: bool = False        # not done for want of Slurm (or of time): spooled for a later run
 
     def __post_init__(self):
         # Messages quote Slurm, which quotes reasons and comments people wrote.
@@ -129,4 +130,6 @@ class ActionResult:
     def to_json(self) -> dict:
         d = asdict(self.action)
         d.update(outcome=self.outcome, message=self.message)
+        if self.retry:
+            d["retry"] = True
         return d
