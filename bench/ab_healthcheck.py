@@ -19,36 +19,48 @@ import time
 from pathlib import Path
 
 
-def once(binary: str, cfg: Path) -> float:
+def once(binary: str, cfg: Path) -> tuple[float, float]:
+    """(wall ms, CPU ms of the process and its probe children)."""
     t0 = time.perf_counter()
-    r = subprocess.run([binary, "-c", str(cfg), "healthcheck", "--dry-run"], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, env={"SLURMD_NODENAME": "bench"})
+    p = subprocess.Popen([binary, "-c", str(cfg), "healthcheck", "--dry-run"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env={"SLURMD_NODENAME": "bench"})
+    _, status, usage = os.wait4(p.pid, 0)
     took = time.perf_counter() - t0
-    assert r.returncode == 0, r.stderr
-    return took * 1000
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0, f"{binary}: exit {p.returncode}"
+    return took * 1000, (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def main() -> None:
     a, b = sys.argv[1], sys.argv[2]
     runs = int(sys.argv[3]) if len(sys.argv) > 3 else 40
     with tempfile.TemporaryDirectory() as d:
-        cfg = Path(d) / "ab.yaml"
         shm = Path("/dev/shm") / f"ab-{os.getpid()}"
         shm.mkdir(exist_ok=True)
-        cfg.write_text(f"state_dir: {d}/state\njournal: {d}/journal.jsonl\nprometheus_textfile_dir: null\n"
-                       f"filesystems:\n  - path: {d}\n  - path: {shm}\n")
+        # One file each: the validated configuration is cached per file, and the two
+        # versions would otherwise throw out each other's cache on every run.
+        cfgs = {}
+        for name, binary in (("a", a), ("b", b)):
+            cfgs[binary] = Path(d) / f"{name}.yaml"
+            cfgs[binary].write_text(f"state_dir: {d}/state-{name}\njournal: {d}/journal-{name}.jsonl\n"
+                                    f"prometheus_textfile_dir: null\nfilesystems:\n  - path: {d}\n"
+                                    f"  - path: {shm}\n")
         times: dict[str, list[float]] = {a: [], b: []}
+        cpu: dict[str, list[float]] = {a: [], b: []}
         for i in range(runs + 2):
             order = (a, b) if i % 2 else (b, a)
             for binary in order:
-                t = once(binary, cfg)
+                t, c = once(binary, cfgs[binary])
                 if i >= 2:
                     times[binary].append(t)
+                    cpu[binary].append(c)
         shm.rmdir()
     ma, mb = statistics.median(times[a]), statistics.median(times[b])
     print(f"A {a}: median {ma:.1f} ms (min {min(times[a]):.1f})")
     print(f"B {b}: median {mb:.1f} ms (min {min(times[b]):.1f})")
-    print(f"B - A: {mb - ma:+.1f} ms over {runs} alternated rounds")
+    print(f"B - A: {mb - ma:+.1f} ms wall over {runs} alternated rounds")
+    ca, cb = statistics.median(cpu[a]), statistics.median(cpu[b])
+    print(f"CPU (user+sys, probe children included): A {ca:.1f} ms, B {cb:.1f} ms, B - A {cb - ca:+.1f} ms")
 
 
 if __name__ == "__main__":

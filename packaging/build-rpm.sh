@@ -8,7 +8,8 @@
 # tree (Source0), nvidia-ml-py's pynvml.py (Source1: $PYNVML, else the pynvml importable
 # by $PYTHON, default ./.venv/bin/python when present, else python3), then
 # `rpmbuild -bb` in a private _topdir. $PYTHON needs the `build` package (the test
-# extra has it); BUILD_ARGS adds options to `python -m build` (e.g. --no-isolation).
+# extra has it); BUILD_ARGS adds options to `python -m build` (e.g. --no-isolation);
+# PACKAGER sets the Packager: header (a site's own name and address).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$src/dist}
@@ -71,6 +72,7 @@ if ! rpmbuild -bb "${nodeps[@]}" \
         --define "_topdir $top" \
         --define "sdist_dir ${sdist%.tar.gz}" \
         --define "pynvml_version $pynvml_version" \
+        --define "packager ${PACKAGER:-slurm-hooks developers <dev@slurm-hooks.invalid>}" \
         "$top/SPECS/slurm-hooks.spec" >"$tmp/rpmbuild.log" 2>&1; then
     tail -n 60 "$tmp/rpmbuild.log" >&2
     die "rpmbuild failed (last lines above)"

@@ -3,7 +3,11 @@
 #   bash packaging/install.sh            # installs into /opt/slurm-hooks
 #   PREFIX=/opt/x bash packaging/install.sh
 # Puts the default configuration at /etc/slurm-hooks/slurm-hooks.yaml (an existing file
-# is kept), and creates the state and log directories on local disk.
+# is kept), creates the state and log directories on local disk, installs the man pages
+# slurm-hooks(8) and slurm-hooks.yaml(5) in $MANDIR (default /usr/local/share/man) and
+# the bash completion in $COMPLETIONSDIR (default
+# /usr/local/share/bash-completion/completions), both generated from this tree, and the
+# Prometheus rules and Grafana dashboard in PREFIX/share/slurm-hooks.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/opt/slurm-hooks}
@@ -16,6 +20,22 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 [ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
 "$prefix/bin/pip" install -q --disable-pip-version-check "$here"
+
+mandir=${MANDIR:-/usr/local/share/man}
+completionsdir=${COMPLETIONSDIR:-/usr/local/share/bash-completion/completions}
+docs=$(mktemp -d)
+trap 'rm -rf "$docs"' EXIT
+"$prefix/bin/python" "$here/packaging/gendocs.py" --out "$docs"
+install -d -m 0755 "$mandir/man8" "$mandir/man5" "$completionsdir"
+gzip -9n < "$docs/slurm-hooks.8" > "$mandir/man8/slurm-hooks.8.gz"
+for name in slurm-hooks-healthcheck slurm-hooks-prolog slurm-hooks-epilog; do
+    ln -sfn slurm-hooks.8.gz "$mandir/man8/$name.8.gz"
+done
+gzip -9n < "$docs/slurm-hooks.yaml.5" > "$mandir/man5/slurm-hooks.yaml.5.gz"
+chmod 0644 "$mandir/man8/slurm-hooks.8.gz" "$mandir/man5/slurm-hooks.yaml.5.gz"
+install -m 0644 "$docs/slurm-hooks.bash-completion" "$completionsdir/slurm-hooks"
+install -D -m 0644 "$here/packaging/prometheus/slurm-hooks-rules.yml" "$prefix/share/slurm-hooks/prometheus/slurm-hooks-rules.yml"
+install -D -m 0644 "$here/packaging/grafana/slurm-hooks.json" "$prefix/share/slurm-hooks/grafana/slurm-hooks.json"
 
 install -d -m 0755 /etc/slurm-hooks
 [ -e /etc/slurm-hooks/slurm-hooks.yaml ] || install -m 0644 "$here/conf/slurm-hooks.yaml" /etc/slurm-hooks/slurm-hooks.yaml

@@ -7,17 +7,26 @@ Used by both package builds (packaging/debian/rules, packaging/rpm/slurm-hooks.s
 
 Produces, under DIR (PREFIX is /usr by default):
 
-    PREFIX/lib/slurm-hooks/slurm_hooks/...     the package (.py files only)
-    PREFIX/lib/slurm-hooks/pynvml.py           bundled nvidia-ml-py (BSD-3-Clause)
+    PREFIX/share/slurm-hooks/slurm_hooks/...   the package (.py files only; private modules
+                                               of an architecture-independent package)
+    PREFIX/share/slurm-hooks/pynvml.py         bundled nvidia-ml-py (BSD-3-Clause)
+    PREFIX/share/slurm-hooks/prometheus/slurm-hooks-rules.yml   alerting rules
+    PREFIX/share/slurm-hooks/grafana/slurm-hooks.json           dashboard
     PREFIX/sbin/slurm-hooks{,-healthcheck,-prolog,-epilog}
+    PREFIX/share/man/man8/slurm-hooks.8.gz     and a link to it for each other program
+    PREFIX/share/man/man5/slurm-hooks.yaml.5.gz
+    PREFIX/share/bash-completion/completions/slurm-hooks
     etc/slurm-hooks/slurm-hooks.yaml           the default configuration
     etc/logrotate.d/slurm-hooks
     PREFIX/share/doc/slurm-hooks/              README.md, BENCHMARKS.md, slurm.conf.example,
                                                nvidia-ml-py.LICENSE
     var/lib/slurm-hooks (0700), var/log/slurm-hooks (0750)
 
+The man pages and the completion are generated here (packaging/gendocs.py) from the
+argument parser and the configuration table of the tree being packaged.
+
 The launchers run `/usr/bin/python3 -I` (no PYTHON* variables, no user site, not the
-current directory: slurmd runs them as root) with PREFIX/lib/slurm-hooks first on
+current directory: slurmd runs them as root) with PREFIX/share/slurm-hooks first on
 sys.path, so they work in HealthCheckProgram's empty environment and never pick up a
 pynvml, yaml or slurm_hooks from anywhere a user could write.
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import gzip
 import importlib.util
 import os
 import shutil
@@ -47,6 +57,9 @@ ENTRY_POINTS = {  # keep in step with setup.cfg [options.entry_points]
     "slurm-hooks-epilog": "epilog_main",
 }
 DOCS = ("README.md", "BENCHMARKS.md", "packaging/slurm.conf.example")
+# What admins wire into their own tools, installed beside the code.
+MONITORING = {"prometheus/slurm-hooks-rules.yml": "packaging/prometheus/slurm-hooks-rules.yml",
+              "grafana/slurm-hooks.json": "packaging/grafana/slurm-hooks.json"}
 PYNVML_URL = "https://pypi.org/project/nvidia-ml-py/"
 
 LAUNCHER = """\
@@ -170,9 +183,20 @@ class Stager:
         os.chmod(tmp, mode)
         os.replace(tmp, dest)
 
+    def symlink(self, target: str, dest: str) -> None:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if os.path.lexists(dest):
+            os.unlink(dest)
+        os.symlink(target, dest)
+
     def copy(self, src: str, dest: str, mode: int = 0o644) -> None:
         with open(src, "rb") as f:
             self.write(dest, f.read(), mode)
+
+
+def _gzip(text: str) -> bytes:
+    # No name and no time in the header: the same page gives the same bytes.
+    return gzip.compress(text.encode(), compresslevel=9, mtime=0)
 
 
 def stage(root: str, pynvml: str | None, pynvml_ver: str | None, prefix: str, python: str) -> list[str]:
@@ -181,7 +205,7 @@ def stage(root: str, pynvml: str | None, pynvml_ver: str | None, prefix: str, py
     check_pynvml(pynvml)
     pynvml_ver = pynvml_ver or pynvml_version(pynvml)
     s = Stager(root)
-    libdir = os.path.join(prefix, "lib", "slurm-hooks")
+    libdir = os.path.join(prefix, "share", "slurm-hooks")
     docdir = os.path.join(prefix, "share", "doc", "slurm-hooks")
 
     # The package: .py files only, no __pycache__ (postinst / %post byte-compiles).
@@ -205,6 +229,19 @@ def stage(root: str, pynvml: str | None, pynvml_ver: str | None, prefix: str, py
     for name, func in ENTRY_POINTS.items():
         text = LAUNCHER.format(python=python, name=name, version=ver, libdir=libdir, func=func)
         s.write(s.path(prefix, "sbin", name), text.encode(), 0o755)
+
+    for dest, src in MONITORING.items():
+        s.copy(os.path.join(SRC, src), s.path(libdir, dest))
+
+    sys.path.insert(0, HERE)
+    import gendocs
+    mandir = os.path.join(prefix, "share", "man")
+    s.write(s.path(mandir, "man8", "slurm-hooks.8.gz"), _gzip(gendocs.manpage_cli()))
+    for name in gendocs.PROGRAMS[1:]:
+        s.symlink("slurm-hooks.8.gz", s.path(mandir, "man8", f"{name}.8.gz"))
+    s.write(s.path(mandir, "man5", "slurm-hooks.yaml.5.gz"), _gzip(gendocs.manpage_config()))
+    s.write(s.path(prefix, "share", "bash-completion", "completions", "slurm-hooks"),
+            gendocs.bash_completion().encode())
 
     s.mkdir("etc", "slurm-hooks")
     s.copy(os.path.join(SRC, "conf", "slurm-hooks.yaml"), s.path("etc", "slurm-hooks", "slurm-hooks.yaml"))

@@ -6,6 +6,14 @@
   local state (the ledger, keyed by Action.keys), so the next health check, which still
   sees the same stuck task, does not requeue again or repeat the comment.
 - A job comment keeps whatever an admin already wrote in AdminComment.
+- A job is addressed the way Slurm means it: an array element as
+  `ArrayJobId_ArrayTaskId` (`job_address`), since Slurm gives one element the array's
+  own id and `scontrol requeue <ArrayJobId>` acts on every element.
+- Node states that are not ours (DOWN, FAIL, MAINT, a pending reboot, ...) are left
+  alone and reported; our own drains are undone with UNDRAIN, which cannot bring a
+  DOWN node up. Only a node DOWN after the reboot slurm-hooks asked for is RESUMEd.
+- A reboot is asked for only while the node's reason is ours, and never again for a
+  fault that survived one (no boot loop).
 - Slurm's word on who owns a job: before a job is commented, requeued or cancelled,
   Slurm must say the job has this node among its nodes and belongs to the uid of the
   diagnosed task. Where a process sits in the cgroup tree is no proof on its own.
@@ -17,20 +25,30 @@ import time
 
 from .model import Action, ActionResult
 from .reason import one_line
-from .slurm import Slurm, SlurmError, SlurmUnavailable, node_is_drained, strip_reason_stamp
+from .slurm import (REBOOT_STATES, OutOfTime, Slurm, SlurmError, SlurmUnavailable, foreign_states,
+                    node_flags, node_is_drained, strip_reason_stamp)
 
-DONE, DRY_RUN, SKIPPED, FAILED = "done", "dry-run", "skipped", "failed"
+DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = "done", "dry-run", "skipped", "failed", "report-only"
 # What slurmctld writes when a hook fails or a task cannot be killed. slurm-hooks puts
 # its own precise reason in their place, but only when it knows the cause (its own
-# hook failed, or it diagnosed the task): never over an admin's words.
+# hook failed, or it diagnosed the task): never over an admin's words. Matched by
+# prefix: from Slurm 25.05 on the last one reads `Kill task failed (JobId=N StepId=S)`.
 GENERIC_REASONS = ("Prolog error", "Epilog error", "Kill task failed")
+# What Slurm appends to the reason of a node that came back from a reboot asked for
+# with nextstate=DOWN.
+REBOOT_COMPLETE = "reboot complete"
 LEDGER = "actions-done"
 TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 
 
+def is_generic(reason: str, generic: str) -> bool:
+    """Is `reason` one of Slurm's generic reasons among `generic` ("A|B")?"""
+    return any(g and reason.startswith(g) for g in generic.split("|"))
+
+
 def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool,
-            ledger: dict | None = None) -> list[ActionResult]:
+            ledger: dict | None = None, report_only: bool = False) -> list[ActionResult]:
     """Carry out actions in order; `ledger` (key -> {"done": t, "seen": t}) is read and updated."""
     ledger = ledger if ledger is not None else {}
     results = []
@@ -40,13 +58,18 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
             when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(done_at))
             results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}"))
             continue
+        if report_only:
+            results.append(ActionResult(action, REPORT_ONLY, "report only (actions.report_only): not done"))
+            continue
         if dry_run:
             results.append(ActionResult(action, DRY_RUN, "dry run: not done"))
             continue
         try:
             result = _apply(action, slurm, prefix)
+        except OutOfTime as e:
+            result = ActionResult(action, FAILED, f"not done, left for the next run: {e}", retry=True)
         except SlurmUnavailable as e:
-            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}")
+            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True)
         except SlurmError as e:
             result = ActionResult(action, FAILED, f"scontrol refused: {e}")
         if result.outcome in (DONE, SKIPPED):
@@ -68,10 +91,24 @@ def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
 
 def _node(action: Action, slurm: Slurm):
     """(info, reason without its stamp), or (None, failure) for an unknown node."""
-    info = slurm.show_node(action.node)
+    info = slurm.node_state(action.node)
     if info is None:
         return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
     return info, strip_reason_stamp(info.get("Reason", ""))
+
+
+def _state(info: dict) -> str:
+    return info.get("State", "?")
+
+
+def rebooted_by_us(info: dict, reason: str, prefix: str, generic: str = "") -> bool:
+    """DOWN after the reboot slurm-hooks asked for (nextstate=DOWN, our reason).
+
+    `generic`: Slurm's reasons that may stand in for ours when we know we asked for the
+    reboot: the task that could not be killed makes slurmstepd drain the node with
+    `Kill task failed` over our reason, and Slurm issues the reboot in the same instant."""
+    return ("DOWN" in node_flags(info) and reason.rstrip().endswith(REBOOT_COMPLETE)
+            and (reason.startswith(prefix) or is_generic(reason, generic)))
 
 
 def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
@@ -80,8 +117,21 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         return current
     if action.replace_only and not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace")
+    foreign = foreign_states(info)
+    if foreign and set(foreign) <= set(REBOOT_STATES) and is_generic(current, action.replaces):
+        # A reboot is pending and Slurm's generic reason went over the one it was
+        # asked with: put the precise one back (a drain leaves the reboot pending).
+        slurm.drain(action.node, action.reason)
+        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)")
+    if foreign:
+        # A drain on top would overwrite the reason of whoever set this state.
+        if current.startswith(prefix):
+            return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
+                                f"(reason: {current}); left as it is")
+        return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "
+                            "by slurm-hooks: left alone, report only")
     if node_is_drained(info):
-        generic = current in GENERIC_REASONS and current in action.replaces.split("|")
+        generic = is_generic(current, action.replaces)
         if not current.startswith(prefix) and not generic:
             return ActionResult(action, SKIPPED,
                                 f"already drained by someone else (reason: {current or 'none'}); left as it is")
@@ -98,13 +148,40 @@ def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current
+    after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
+    if not current.startswith(prefix) and not after_reboot:
+        if not node_is_drained(info) and not foreign_states(info):
+            return ActionResult(action, SKIPPED, "not drained")
+        return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
+                            "not ours to resume")
+    if after_reboot:
+        # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
+        slurm.resume(action.node)
+        return ActionResult(action, DONE, "back in service after its reboot: the health check passed")
+    foreign = foreign_states(info)
+    if any(s in foreign for s in REBOOT_STATES):
+        return ActionResult(action, SKIPPED, f"a reboot is pending ({_state(info)}); the node comes back "
+                            "after it, once a health check passes")
+    if foreign:
+        return ActionResult(action, SKIPPED, f"node is {_state(info)}, not by slurm-hooks: our drain is "
+                            "left in place, report only")
     if not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained")
-    if not current.startswith(prefix):
-        return ActionResult(action, SKIPPED,
-                            f"drained by someone else (reason: {current or 'none'}); not ours to resume")
-    slurm.resume(action.node)
+    slurm.undrain(action.node)
     return ActionResult(action, DONE)
+
+
+def job_address(info: dict, job: str) -> str:
+    """The id to act on `job` with, from Slurm's record of it.
+
+    An array element is addressed as ArrayJobId_ArrayTaskId: the cgroup names the
+    element's own JobId, and the last element to start carries the array's own id,
+    which `requeue`, `scancel` and `update` read as the whole array.
+    """
+    array, task = info.get("ArrayJobId", ""), info.get("ArrayTaskId", "")
+    if array and task.isdigit():
+        return f"{array}_{task}"
+    return job
 
 
 def job_uid(info: dict) -> int | None:
@@ -127,21 +204,22 @@ def _refused(action: Action, info: dict) -> ActionResult | None:
     return None
 
 
-def _show_job(action: Action, slurm: Slurm) -> tuple[dict | None, ActionResult | None]:
+def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict | None, ActionResult | None]:
+    """(the id to act on, Slurm's record, a refusal or None)."""
     info = slurm.show_job(action.job)
     if info is None:
-        return None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
-    return info, _refused(action, info)
+        return action.job, None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+    return job_address(info, action.job), info, _refused(action, info)
 
 
 def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    info, refused = _show_job(action, slurm)
+    job, info, refused = _show_job(action, slurm)
     if refused is not None:
         return refused
     if action.text in _admin_comment(info):
         return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis")
-    _append_comment(slurm, action.job, info, action.text)
-    return ActionResult(action, DONE)
+    _append_comment(slurm, job, info, action.text)
+    return ActionResult(action, DONE, f"on {job}" if job != action.job else "")
 
 
 def _admin_comment(info: dict) -> str:
@@ -155,7 +233,7 @@ def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
 
 
 def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    info, refused = _show_job(action, slurm)
+    job, info, refused = _show_job(action, slurm)
     if refused is not None:
         return refused
     state = info.get("JobState", "")
@@ -170,47 +248,58 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         why = "not a batch job (srun/salloc jobs cannot be requeued)"
     else:
         try:
-            slurm.requeue(action.job)
-            return ActionResult(action, DONE)
+            slurm.requeue(job)
+            return ActionResult(action, DONE, f"requeued {job}" if job != action.job else "")
         except SlurmUnavailable:
             raise
         except SlurmError as e:
             if "pending execution" in str(e):   # requeued by someone already
                 return ActionResult(action, SKIPPED, f"job already requeued: {e}")
             why = f"scontrol requeue refused: {e}"
-    return _fallback(action, slurm, prefix, info, why)
+    return _fallback(action, slurm, prefix, job, info, why)
 
 
-def _fallback(action: Action, slurm: Slurm, prefix: str, info: dict, why: str) -> ActionResult:
+def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, why: str) -> ActionResult:
     cancel = action.fallback == "cancel"
     note = "cancelled instead" if cancel else "left running"
     msg = f"{note}: {why}" if cancel else f"not requeued, left running: {why}"
     # Record why on the job first: a cancelled job may no longer take updates.
     text = one_line(f"{prefix} not requeued ({why}); {note}")
     try:
-        _append_comment(slurm, action.job, slurm.show_job(action.job) or info, text)
+        _append_comment(slurm, job, slurm.show_job(job) or info, text)
     except SlurmUnavailable:
         raise
     except SlurmError as e:
         msg += f"; could not record it on the job: {e}"
     if cancel:
-        slurm.cancel(action.job)
+        slurm.cancel(job)
         return ActionResult(action, DONE, msg)
     return ActionResult(action, SKIPPED, msg)
 
 
 def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    info, refused = _show_job(action, slurm)
+    job, info, refused = _show_job(action, slurm)
     if refused is not None:
         return refused
     state = info.get("JobState", "")
     if state in TERMINAL:
         return ActionResult(action, SKIPPED, f"job already ended ({state})")
-    slurm.cancel(action.job)
+    slurm.cancel(job)
     return ActionResult(action, DONE)
 
 
 def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    if not current.startswith(prefix):
+        return ActionResult(action, SKIPPED, f"the node's reason is not ours ({current or 'none'}, "
+                            f"{_state(info)}): no reboot asked for")
+    if rebooted_by_us(info, current, prefix):
+        return ActionResult(action, SKIPPED, "the fault survived a reboot: the node stays DOWN for a "
+                            "human, no second reboot (no boot loop)")
+    if any(s in node_flags(info) for s in REBOOT_STATES):
+        return ActionResult(action, SKIPPED, f"a reboot is already pending ({_state(info)})")
     try:
         slurm.reboot(action.node, action.reason)
     except SlurmUnavailable:
@@ -219,7 +308,8 @@ def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         if "RebootProgram" in str(e):
             return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)")
         raise
-    return ActionResult(action, DONE, "reboot requested once the node is idle (nextstate=RESUME)")
+    return ActionResult(action, DONE, "reboot requested once the node is idle (nextstate=DOWN: back in "
+                        "service when a health check after the boot passes)")
 
 
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,

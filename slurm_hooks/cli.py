@@ -234,5 +234,11 @@ def epilog_main() -> int:
     return _hook_main("epilog")
 
 
+def build_parser():
+    """The argument parser; packaging/gendocs.py builds the man page and the shell
+    completion from it, so they cannot drift from what the program accepts."""
+    return _parser()
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -131,9 +131,12 @@ class StuckTasksConfig:
 class GpuIdleConfig:
     enabled: bool = setting(True, kind="bool",
                             doc="Report a GPU that idles while the other GPUs of its job are busy.")
-    samples: int = setting(3, kind="int", min=1, max=1000,
-                           doc="Consecutive health-check runs the GPU must be seen idle-while-busy "
-                           "before it fails (a GPU whose process is stuck in D fails at once).")
+    window: float = setting(900.0, kind="seconds",
+                            doc="How long a GPU must idle while its job's other GPUs are busy, "
+                            "without a break, before it is a warning. Alone it never drains: "
+                            "healthy jobs look like this for minutes (a checkpoint written by one "
+                            "rank, RL trainers waiting for rollouts, a slow data loader). Tied to a "
+                            "process of the job stuck in D it is one diagnosis with that task, at once.")
     busy_utilization: float = setting(50.0, kind="number", min=0, max=100,
                                       doc="Utilization (%) at which a GPU counts as busy.")
     idle_utilization: float = setting(5.0, kind="number", min=0, max=100,
@@ -166,8 +169,9 @@ class GpuConfig:
                                     doc="Warn when a GPU's PCIe replay counter grows by this much "
                                     "between two runs.")
     nvlink_error_warn: int = setting(100, kind="int", min=1,
-                                     doc="Warn when a GPU's NVLink error counters grow by this much "
-                                     "between two runs.")
+                                     doc="Warn when a GPU's NVLink CRC error counters grow by this much "
+                                     "between two runs. A link down, and any growth of the replay or "
+                                     "recovery counters, drains (as DCGM's NVLink health watch fails).")
     xid_actions: dict = setting({}, kind="map", key_kind="int",
                                 value={"kind": "enum", "choices": ("drain", "record", "warn")},
                                 doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
@@ -188,10 +192,14 @@ class HookConfig:
     gpu_memory_leak_mib: int = setting(1024, kind="int", min=1,
                                        doc="A GPU holding more memory than this with no process on it "
                                        "is a leftover of an earlier job.")
+    reason_delay: float = setting(5.0, kind="seconds", max=300,
+                                  doc="After a failure, a detached helper waits this long, then asks "
+                                  "Slurm once (one node, never the node list) and puts the precise "
+                                  "reason in place of Slurm's generic one (\"Prolog error\"). If "
+                                  "Slurm has not drained the node by then, the next health check does it.")
     reason_timeout: float = setting(60.0, kind="seconds",
-                                    doc="After a failure, a detached helper waits this long for Slurm "
-                                    "to drain the node (\"Prolog error\") and puts the precise reason "
-                                    "in its place.")
+                                    doc="No longer used: the helper no longer polls Slurm (see "
+                                    "reason_delay). Accepted so that older files still load.")
 
 
 @dataclass
@@ -260,8 +268,31 @@ class ActionsConfig:
                                     "batch job): leave it running and report, or cancel it.")
     reboot: bool = setting(True, kind="bool",
                            doc="Ask Slurm to reboot the node once it is idle (`scontrol reboot "
-                           "ASAP nextstate=RESUME`) when a task is stuck for good: only a reboot "
-                           "clears it. Needs RebootProgram in slurm.conf.")
+                           "ASAP nextstate=DOWN`) when a task is stuck for good: only a reboot "
+                           "clears it. The node stays DOWN after the boot until a health check "
+                           "passes and slurm-hooks resumes it. Needs RebootProgram in slurm.conf.")
+    report_only: bool = setting(False, kind="bool",
+                                doc="The one switch that turns every action off: no drain, comment, "
+                                "requeue, cancel, reboot or resume; the prolog and epilog always exit "
+                                "0. Findings and the actions that would have been taken are reported "
+                                "and journaled. For rolling out.")
+    deadline: float = setting(45.0, kind="seconds", max=58,
+                              doc="Every Slurm call of a run ends by this many seconds after the run "
+                              "started (slurmd kills the health check at 60 s); what is left is "
+                              "spooled and taken by the next run.")
+
+
+@dataclass
+class BesideConfig:
+    command: list = setting([], kind="strlist",
+                            doc="Another health check to run beside slurm-hooks, as an argument list "
+                            "(no shell): [/usr/sbin/nhc]. slurmd takes one HealthCheckProgram: "
+                            "slurm-hooks-healthcheck runs this one at the same time as its own checks. "
+                            "Empty: none.")
+    name: str = setting("nhc", doc="Its name in reports and the journal.")
+    timeout: float = setting(40.0, kind="seconds", max=55,
+                             doc="Its deadline, seconds; killed (and left, if stuck) past it. Keep it "
+                             "below slurmd's 60 s, and NHC's own -t below it.")
 
 
 @dataclass
@@ -317,6 +348,13 @@ class Config:
     diagnose: DiagnoseConfig = setting(kind="section", cls=DiagnoseConfig,
                                        doc="`slurm-hooks diagnose` and the job-wide picture taken "
                                        "before a requeue.")
+    beside: BesideConfig = setting(kind="section", cls=BesideConfig,
+                                   doc="Another health check (NHC) run beside slurm-hooks.")
+    node_groups: list = setting([], kind="groups",
+                                doc="Settings for groups of nodes by Slurm hostlist: a list of "
+                                "{nodes: gpu[001-128], settings: {...}}. Every group naming this node "
+                                "applies, in order, over the settings above (sections merge, other "
+                                "values are replaced).")
 
     # Where this configuration came from, for reports; not a setting.
     source: str = field(default="built-in defaults", metadata={"internal": True})
@@ -338,7 +376,7 @@ def load(path: str | None, cache_dir: str | None = CACHE_DIR) -> Config:
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            key = _cache_key(path, st)
+            key = _cache_key(path, st) + [_this_node_hint()]
             cached = _cache_get(cache_dir, path, key)
             if cached is not None:
                 return cached
@@ -431,7 +469,14 @@ def _from_dict(cls, data: dict):
     return cls(**values)
 
 
-def loads(text: bytes | str, path: str = "<string>") -> Config:
+def _this_node_hint() -> str:
+    """What decides which node_groups apply, short of the file's own node_name."""
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".", 1)[0]
+
+
+def loads(text: bytes | str, path: str = "<string>", node: str | None = None) -> Config:
+    """Parse and validate; `node` (default: $SLURMD_NODENAME, else the file's node_name,
+    else the short hostname) picks the node_groups that apply."""
     import yaml
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
@@ -444,10 +489,53 @@ def loads(text: bytes | str, path: str = "<string>") -> Config:
     v = _Validator(path, yaml)
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
         return Config()
+    groups = v.node_groups(_pop_key(root, "node_groups", yaml))
     cfg = v.section(root, Config, "")
-    if v.problems:
-        raise ConfigError(v.problems)
+    problems = list(v.problems)
+    # Each group is checked merged over the base, whichever node reads the file: a
+    # mistake in the group of other nodes is still a mistake.
+    for _hosts, settings, _text, i in groups:
+        vg = _Validator(path, yaml, group=i)
+        vg.section(_merge_nodes(root, settings, yaml), Config, "")
+        problems += [p for p in vg.problems if p not in problems]
+    if problems:
+        raise ConfigError(problems)
+    if cfg is None:
+        return Config()
+    name = node or os.environ.get("SLURMD_NODENAME") or cfg.node_name or os.uname().nodename.split(".", 1)[0]
+    applied = [i for i, g in enumerate(groups) if name in g[0]]
+    if applied:
+        merged = root
+        for i in applied:
+            merged = _merge_nodes(merged, groups[i][1], yaml)
+        cfg = _Validator(path, yaml).section(merged, Config, "")
+    cfg.node_groups = [groups[i][2] for i in applied] if applied else []
     return cfg
+
+
+def _pop_key(mapping, key: str, yaml):
+    """Take `key` out of a mapping node: (key node, value node) or None."""
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    for i, (k, val) in enumerate(mapping.value):
+        if getattr(k, "value", None) == key:
+            del mapping.value[i]
+            return k, val
+    return None
+
+
+def _merge_nodes(base, over, yaml):
+    """`over` laid on `base`: mappings merge key by key, anything else is replaced."""
+    if not (isinstance(base, yaml.MappingNode) and isinstance(over, yaml.MappingNode)):
+        return over
+    out = list(base.value)
+    for k, val in over.value:
+        at = next((i for i, (bk, _) in enumerate(out) if getattr(bk, "value", None) == k.value), None)
+        if at is None:
+            out.append((k, val))
+        else:
+            out[at] = (out[at][0], _merge_nodes(out[at][1], val, yaml))
+    return yaml.MappingNode(base.tag, out, base.start_mark, base.end_mark, flow_style=base.flow_style)
 
 
 _TRUE = {"true", "yes", "on"}
@@ -455,13 +543,65 @@ _FALSE = {"false", "no", "off"}
 
 
 class _Validator:
-    def __init__(self, path: str, yaml):
+    def __init__(self, path: str, yaml, group: int | None = None):
         self.path = path
         self.yaml = yaml
+        self.group = group          # checking node_groups[group] laid over the base
         self.problems: list[str] = []
 
     def fail(self, node, key: str, msg: str) -> None:
+        if self.group is not None:
+            key = f"node_groups[{self.group}].settings.{key}" if key else f"node_groups[{self.group}].settings"
         self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {key or '(top level)'}: {msg}")
+
+    def node_groups(self, item) -> list:
+        """[(set of host names, settings mapping node, hostlist text, index)] of valid groups."""
+        from .hostlist import HostlistError, expand
+        if item is None:
+            return []
+        yaml, (knode, node) = self.yaml, item
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, "node_groups", f"must be a list of {{nodes: HOSTLIST, settings: {{...}}}}, "
+                      f"got {_describe(node, yaml)}")
+            return []
+        out = []
+        for i, g in enumerate(node.value):
+            key = f"node_groups[{i}]"
+            if not isinstance(g, yaml.MappingNode):
+                self.fail(g, key, f"must be a mapping with nodes and settings, got {_describe(g, yaml)}")
+                continue
+            parts = {}
+            for k, val in g.value:
+                if k.value not in ("nodes", "settings"):
+                    self.fail(k, f"{key}.{k.value}", "unknown setting; known: nodes, settings")
+                else:
+                    parts[k.value] = (k, val)
+            if "nodes" not in parts or "settings" not in parts:
+                missing = " and ".join(x for x in ("nodes", "settings") if x not in parts)
+                self.fail(g, key, f"needs {missing}")
+                continue
+            nk, nv = parts["nodes"]
+            if not isinstance(nv, yaml.ScalarNode) or not nv.value.strip():
+                self.fail(nv, f"{key}.nodes", f"must be a Slurm hostlist such as gpu[001-128], got {_describe(nv, yaml)}")
+                continue
+            try:
+                hosts = set(expand(nv.value))
+            except HostlistError as e:
+                self.fail(nv, f"{key}.nodes", f"not a valid hostlist {nv.value!r}: {e}")
+                continue
+            sk, sv = parts["settings"]
+            if not isinstance(sv, yaml.MappingNode):
+                self.fail(sv, f"{key}.settings", f"must be a mapping of settings, got {_describe(sv, yaml)}")
+                continue
+            bad = [k for k, _ in sv.value if getattr(k, "value", None) in ("node_name", "node_groups")]
+            for k in bad:
+                self.fail(k, f"{key}.settings.{k.value}", "cannot be set per node group")
+            if bad:
+                continue
+            out.append((hosts, sv, nv.value, i))
+        return out
 
     def section(self, node, cls, prefix: str):
         yaml = self.yaml
@@ -609,6 +749,11 @@ class _Validator:
         if not cfg.reason_prefix.strip():
             self.fail(_child(node, "reason_prefix"), "reason_prefix", "must not be empty: it is how "
                       "slurm-hooks tells its own drains from an admin's")
+
+    def check_BesideConfig(self, b: BesideConfig, node, prefix: str) -> None:
+        if b.command and not b.command[0].startswith("/"):
+            self.fail(_child(node, "command"), f"{prefix}.command",
+                      f"the program must be an absolute path (HealthCheckProgram has no PATH), got {b.command[0]!r}")
 
     def check_FilesystemConfig(self, fs: FilesystemConfig, node, prefix: str) -> None:
         if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:

@@ -80,12 +80,20 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     ctx = Context(cfg, node, state, Runner(state), hook=hook, job=job, fs_timeout=fs_timeout)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
                        job=job.id if job else None)
+    beside = None
+    if hook == "healthcheck" and cfg.beside.command and not dry_run:   # it would act on its own
+        from .beside import Beside
+        beside = Beside(cfg.beside, ctx.runner)      # runs alongside our own checks
     record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
     _correlate(record.checks)
+    others_failing = None
+    if beside is not None:
+        others_failing = beside.finish(ctx.notes)
     from .reason import printable
     record.notes = [printable(n) for n in ctx.notes]
     if act:
-        record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook)
+        record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook, started=t0,
+                                      others_failing=others_failing)
     reap_finished()
     record.warnings = state.warnings
     record.duration = time.monotonic() - t0
@@ -102,8 +110,13 @@ def _correlate(runs: list[CheckRun]) -> None:
 
 
 def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
-                 hook: str = "healthcheck") -> list[ActionResult]:
-    """Policy, breaker, spool and ledger around the Slurm backend (see actions.py)."""
+                 hook: str = "healthcheck", started: float | None = None,
+                 others_failing: str | None = None) -> list[ActionResult]:
+    """Policy, breaker, spool and ledger around the Slurm backend (see actions.py).
+
+    `started`: the run's start (monotonic): every Slurm call ends by
+    `actions.deadline` seconds after it, and what is left is spooled. `others_failing`:
+    another health check run beside this one (NHC) failed, so nothing is resumed."""
     from . import policy
     counts = state.load("failures")
     new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
@@ -112,17 +125,20 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     drain = state.load("drain")
     spooled = state.load("spool", list)
     hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
+    reboot = state.load("reboot") if hook == "healthcheck" else {}
+    new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
-    if not failing and not drain and not spooled and not hook_failure \
+    if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
             and not os.path.exists(state.path("actions-done")):
         return []                                   # the healthy fast path: no Slurm call
 
-    from .actions import LEDGER, execute, FAILED
+    from .actions import LEDGER, execute
     from .model import Action
+    report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
     if hook == "prolog":
-        return _prolog_actions(actions, state, dry_run)
+        return _prolog_actions(actions, state, dry_run, report_only)
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
@@ -130,25 +146,37 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
         actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
                                  replaces=hook_failure.get("replaces", ""), replace_only=True))
     resume, drain = policy.resume_decision(findings, drain, node, cfg.policy.resume_after)
+    if others_failing:
+        # Never resume while another tool fails the node: it would drain it again, and
+        # the node would flap between the two.
+        resume, drain = None, (dict(drain, passes=0) if drain else drain)
+    from .slurm import Slurm
+    slurm = None if dry_run or report_only else Slurm(cfg.slurm)
+    if slurm is not None and started is not None:
+        slurm.deadline = started + cfg.actions.deadline
+    if slurm is not None:
+        _job_picture(cfg, actions)
+    held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
+    if (reboot or new_boot) and slurm is not None:
+        after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
+                                      cfg.policy.resume_after)
+        if after is not None:
+            resume = after
     if resume is not None:
         actions.append(resume)
-    from .slurm import Slurm
-    slurm = None if dry_run else Slurm(cfg.slurm)
-    if not dry_run:
-        _job_picture(cfg, actions)
-    held = _breaker(cfg, node, actions, slurm, dry_run, state)
-    actions = [a for a in actions if not any(a is h for h, _ in held)]
-    queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age)
+    queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, "held", why) for a, why in held]
-    results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger)
-    if held == [] and not dry_run:
+    results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
+    if held == [] and slurm is not None:
         results = _breaker_recheck(cfg, node, results, slurm, state)
 
-    if not dry_run:
+    if not dry_run and not report_only:
         state.save(LEDGER, _refresh_ledger(ledger, findings))
-        # Actions Slurm could not take wait in the spool; everything else is final.
+        # Actions Slurm could not take (unreachable, or no time left) wait in the spool;
+        # everything else is final.
         spool = [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)}
-                 for r in results if r.outcome == FAILED and r.message.startswith("Slurm unreachable")]
+                 for r in results if r.retry]
         if spool or spooled:
             state.save("spool", spool)
         drain = _drain_record(drain, results, findings, node)
@@ -156,7 +184,67 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
             os.unlink(state.path("hook-failure"))      # the precise reason is in place (or moot)
         if drain or os.path.exists(state.path("drain")):
             state.save("drain", drain)
+        reboot = _reboot_record(reboot, results)
+        if reboot or os.path.exists(state.path("reboot")):
+            state.save("reboot", reboot)
     return results
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _new_boot(state) -> bool:
+    """True once per boot: a node whose state_dir did not survive the reboot (diskless)
+    must still learn from Slurm that it is DOWN after a reboot of ours."""
+    now = _boot_id()
+    if state.load("boot").get("id") == now:
+        return False
+    state.save("boot", {"id": now})
+    return True
+
+
+def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int):
+    """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
+    "reboot complete"), resume it once health checks pass: (resume or None, record)."""
+    from .actions import is_generic, rebooted_by_us
+    from .model import Action
+    from .slurm import REBOOT_STATES, SlurmError, node_flags, strip_reason_stamp
+    try:
+        info = slurm.node_state(node)
+    except SlurmError:
+        return None, reboot
+    if info is None:
+        return None, reboot
+    reason = strip_reason_stamp(info.get("Reason", ""))
+    # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
+    generic = GENERIC_FOR["healthcheck"] if reboot else ""
+    if not rebooted_by_us(info, reason, prefix, generic):
+        waiting = any(s in node_flags(info) for s in REBOOT_STATES) and \
+            (reason.startswith(prefix) or is_generic(reason, generic))
+        return None, (reboot if waiting else {})
+    record = dict(reboot or {"at": time.time()}, reason=reason)
+    if failing:
+        return None, dict(record, passes=0)
+    record["passes"] = int(record.get("passes", 0)) + 1
+    if record["passes"] >= max(1, resume_after):
+        return Action("resume", node=node, reason=reason, replaces=generic), record
+    return None, record
+
+
+def _reboot_record(reboot: dict, results) -> dict:
+    """Remember a reboot we asked for (to bring the node back after it); forget it once
+    the node is resumed."""
+    for r in results:
+        if r.action.kind == "reboot" and r.outcome == "done":
+            return {"reason": r.action.reason, "at": time.time(), "passes": 0}
+        if r.action.kind == "resume" and r.outcome == "done":
+            return {}
+    return reboot
 
 
 # Slurm's own reason when this hook fails, which our precise reason may replace.
@@ -165,19 +253,21 @@ GENERIC_FOR = {"healthcheck": "Kill task failed", "epilog": "Epilog error|Kill t
 BREAKER_FRESH = 600.0
 
 
-def _prolog_actions(actions, state, dry_run: bool) -> list[ActionResult]:
+def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
     """The prolog takes no action itself: Slurm drains the node and requeues the job
     when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
     The breaker is honoured from the health checks' latest cluster view: the prolog
     must not wait on slurmctld to ask."""
     drains = [a for a in actions if a.kind == "drain"]
-    breaker = state.load("breaker")
-    if drains and breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
-        return [ActionResult(a, "held", breaker.get("why", "drain-storm breaker open")) for a in drains]
+    if report_only:
+        return [ActionResult(a, "report-only", "report only (actions.report_only): not done") for a in drains]
+    held = _cached_breaker(state)
+    if drains and held:
+        return [ActionResult(a, "held", held) for a in drains]
     if dry_run:
         return [ActionResult(a, "dry-run", "dry run: not done") for a in drains]
-    return [ActionResult(a, "deferred", "set by a detached helper once Slurm has drained the node")
-            for a in drains]
+    return [ActionResult(a, "deferred", "left to Slurm (it drains the node when the prolog fails); "
+                         "the precise reason follows") for a in drains]
 
 
 def _job_picture(cfg, actions) -> None:
@@ -194,13 +284,25 @@ def _job_picture(cfg, actions) -> None:
                 a.text = f"{a.text}; {line}" if a.text else line
 
 
-def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state) -> list:
+def _cached_breaker(state) -> str | None:
+    breaker = state.load("breaker")
+    if breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
+        return breaker.get("why", "drain-storm breaker open")
+    return None
+
+
+def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> list:
     """[(action, why)] for the actions the drain-storm breaker holds back."""
     # A job's own problem (job_only) costs the node nothing and is never held back.
     risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
              and not a.replace_only and not a.job_only]
     if not risky or dry_run or slurm is None:
         return []
+    if hook != "healthcheck":
+        # A prolog or epilog never reads the whole node list (Slurm's guide: hooks
+        # should not call Slurm commands): it honours the health checks' last view.
+        why = _cached_breaker(state)
+        return [(a, why) for a in risky] if why else []
     from .breaker import cluster_view, verdict
     from .slurm import SlurmError
     try:
@@ -358,6 +460,7 @@ def _metrics(cfg, record: RunRecord) -> None:
     if record.hook == "healthcheck":
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir, record.node,
-                    render(record, counters, last_success.get(record.hook)))
+                    render(record, counters, last_success.get(record.hook),
+                           drained=state.load("drain").get("reason")))
         if err:
             record.warnings.append(err)

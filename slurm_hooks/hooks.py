@@ -3,16 +3,24 @@
 Prolog (`slurm-hooks-prolog`): fast checks before the job starts: the filesystems (with
 the hook's short deadline) and the GPUs allocated to the job, free of leftovers. On a
 failure it exits non-zero: that is Slurm's own contract, and Slurm drains the node
-("Prolog error") and requeues the job. The precise reason is recorded locally at once
-and put on the node by a detached helper that waits for Slurm's drain and replaces the
-generic reason, so the job start never waits on slurmctld; the next health check does
-the same if the helper could not.
+("Prolog error") and requeues a batch job (held, unless SchedulerParameters has
+nohold_on_prolog_fail) or cancels an srun/salloc or --no-requeue job. The precise
+reason is recorded locally at once. Slurm's guide says a prolog or epilog should not
+call Slurm commands, so nothing polls: a detached helper asks Slurm once, after a
+back-off (`reason_delay`), about this one node and replaces the generic reason; if
+Slurm had not drained it by then, the next health check does it.
 
 Epilog (`slurm-hooks-epilog`): after the job: its processes still alive (stuck in D),
 GPU memory still held with no process, the filesystems. A sick node is drained at once,
 before the epilog returns, so the next job cannot land there; if slurmctld does not
 answer, the epilog exits non-zero so that Slurm drains the node itself ("Epilog
 error"), and the helper and the next health check put the precise reason in place.
+The epilog never reads the whole node list: the drain-storm breaker is honoured from
+the health checks' latest view. Slurm runs no epilog while a step of the job cannot be
+killed; the health check is what names that task (over Slurm's "Kill task failed").
+
+With `actions.report_only`, neither hook ever exits non-zero: a failing prolog would
+make Slurm drain the node and requeue the job, which is an action.
 
 Configuration errors never fail a job: a prolog or epilog that cannot read its
 configuration runs no check, says so (stderr, which slurmd logs, and the journal) and
@@ -36,7 +44,12 @@ GENERIC = engine.GENERIC_FOR
 class JobInfo:
     id: str
     uid: str | None = None
-    gpus: list[str] | None = None     # indices or UUIDs the job was given, None: unknown
+    # The GPUs the job was given: device minor numbers (SLURM_JOB_GPUS), UUIDs or PCI
+    # ids; None: none (Slurm sets no GPU variable for a job without GPUs).
+    gpus: list[str] | None = None
+    # Why the job's GPUs may hold other jobs' processes by design: the variable saying
+    # it was given a Slurm shard or an MPS share; None: the GPUs are its alone.
+    shared: str | None = None
 
     @classmethod
     def from_env(cls, env) -> "JobInfo | None":
@@ -48,7 +61,9 @@ class JobInfo:
             if env.get(var):
                 gpus = [g.strip() for g in env[var].split(",") if g.strip()]
                 break
-        return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus)
+        shared = next((var for var in ("SLURM_SHARDS_ON_NODE", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+                       if (env.get(var) or "").strip()), None)
+        return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus, shared=shared)
 
 
 def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
@@ -68,6 +83,8 @@ def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> in
         return 0
     failed = record.status == engine.UNHEALTHY
     drain = next((r for r in record.actions if r.action.kind == "drain"), None)
+    if failed and cfg.actions.report_only:
+        failed = False      # report only: no exit status that makes Slurm act
     if failed and drain is not None and drain.outcome == "held":
         failed = False      # the drain-storm breaker: report loudly, fail no job
     if failed and drain is not None and not dry_run:
@@ -94,28 +111,29 @@ def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
     state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
                          "passes": 0, "at": time.time()})
     if hook == "prolog" or drain.outcome not in ("done", "skipped"):
-        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_timeout)
+        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
 
 
-def fix_reason(cfg, node: str, reason: str, replaces: str, timeout: float) -> None:
-    """In a detached helper: once Slurm has drained the node for our hook's failure,
-    put the precise reason in place of its generic one. If Slurm never drains it (the
-    job got requeued elsewhere first), drain it ourselves: the finding stands."""
-    from .actions import execute
+def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None:
+    """In a detached helper: after a back-off, ask Slurm once about this node and put
+    the precise reason in place of its generic one. No polling, no node list (Slurm's
+    prolog/epilog guide). If Slurm has not drained the node by then, the next health
+    check replaces the reason when it has (the hook-failure record stays)."""
+    from .actions import DONE, SKIPPED, execute
     from .model import Action
-    from .slurm import Slurm, SlurmError, node_is_drained
+    from .slurm import Slurm
+    from .state import StateStore
+    time.sleep(delay)
     slurm = Slurm(cfg.slurm)
-    action = Action("drain", node=node, reason=reason, replaces=replaces)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    slurm.deadline = time.monotonic() + cfg.actions.deadline
+    action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
+    [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
+    if result.outcome in (DONE, SKIPPED) and "nothing to replace" not in result.message:
+        state = StateStore(engine.state_dir(cfg, node))
         try:
-            info = slurm.show_node(node)
-        except SlurmError:
-            info = None
-        if info is not None and node_is_drained(info):
-            break
-        time.sleep(0.5)
-    execute([action], slurm, cfg.reason_prefix, dry_run=False)
+            os.unlink(state.path("hook-failure"))
+        except OSError:
+            pass
 
 
 def config_error(hook: str, error) -> int:

@@ -55,10 +55,18 @@ MATCHERS = [
             "the kernel's hung-task detector saw this task in uninterruptible sleep",
             "INFO: task python:280058 blocked for more than 122 seconds."),
     Matcher("xid",
-            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\): "
+            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+                       r"\): "
                        r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
             "the NVIDIA driver reports an Xid event for the GPU at this PCI address (xid.py classifies it)",
             "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."),
+    # The same on a MIG GPU: the driver names the GPU instance after the bus id.
+    Matcher("xid",
+            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+                       r" GPU-I:(?P<gi>\d+)\): "
+                       r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
+            "an Xid event on a MIG GPU, naming the GPU instance (GPU-I) it happened in",
+            "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=2407, name=python3, Contained: SM (0x1). RST: No, D-RST: No"),
 ]
 
 

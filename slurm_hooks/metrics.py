@@ -7,12 +7,13 @@ Prometheus conventions (snake_case, base units, `_total` for counters, `_seconds
 
 Series:
   slurm_hooks_healthy{node,hook}                           1 healthy or warning, 0 unhealthy
+  slurm_hooks_drained{node,reason}                         1 while drained by slurm-hooks, else 0
   slurm_hooks_check_status{node,check}                     0 ok, 1 warning, 2 failing
   slurm_hooks_check_duration_seconds{node,check}
   slurm_hooks_filesystem_probe_ok{node,path,fstype}        1 ok or slow, 0 otherwise
   slurm_hooks_filesystem_probe_latency_seconds{node,path,fstype}   time to verdict
   slurm_hooks_filesystem_probe_info{node,path,status}      1 for the current verdict
-  slurm_hooks_stuck_tasks{node,job}                        stuck processes (job="" outside jobs)
+  slurm_hooks_stuck_tasks{node,slurm_job}                  stuck processes (slurm_job="" outside jobs)
   slurm_hooks_gpu_health{node,gpu,pci}                     0 ok, 1 warning, 2 failing
   slurm_hooks_run_duration_seconds{node,hook}
   slurm_hooks_last_run_timestamp_seconds{node,hook}
@@ -28,6 +29,7 @@ from .model import SEVERITY_ORDER
 
 HELP = {
     "slurm_hooks_healthy": ("gauge", "1 when the last run found the node healthy (warnings allowed), else 0."),
+    "slurm_hooks_drained": ("gauge", "1 while slurm-hooks holds the node drained (its reason as a label), else 0."),
     "slurm_hooks_check_status": ("gauge", "Worst verdict of a check in the last run: 0 ok, 1 warning, 2 failing."),
     "slurm_hooks_check_duration_seconds": ("gauge", "Time the check took in the last run."),
     "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
@@ -50,7 +52,7 @@ def _labels(labels: dict) -> str:
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(record, counters: dict, last_success: float | None) -> str:
+def render(record, counters: dict, last_success: float | None, drained: str | None = None) -> str:
     node, hook = record.node, record.hook
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
 
@@ -58,6 +60,7 @@ def render(record, counters: dict, last_success: float | None) -> str:
         samples[name].append(({"node": node, **labels}, value))
 
     add("slurm_hooks_healthy", 0 if record.status == "unhealthy" else 1, hook=hook)
+    add("slurm_hooks_drained", 1 if drained else 0, reason=drained or "")
     for c in record.checks:
         worst = max((SEVERITY_ORDER[f.severity] for f in c.findings), default=0)
         add("slurm_hooks_check_status", worst, check=c.name)
@@ -85,7 +88,7 @@ def render(record, counters: dict, last_success: float | None) -> str:
             for g in f.evidence["gpus"]:
                 gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
     for job, n in sorted(stuck.items()):
-        add("slurm_hooks_stuck_tasks", n, job=job)
+        add("slurm_hooks_stuck_tasks", n, slurm_job=job)
     for (idx, pci), v in sorted(gpus.items()):
         add("slurm_hooks_gpu_health", v, gpu=idx, pci=pci)
     add("slurm_hooks_run_duration_seconds", round(record.duration, 6), hook=hook)
@@ -103,7 +106,8 @@ def render(record, counters: dict, last_success: float | None) -> str:
         out.append(f"# HELP {name} {text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples[name]:
-            out.append(f"{name}{_labels(labels)} {value:g}" if isinstance(value, float) else
+            # repr: every digit. `:g` kept six, which put timestamps up to ~80 min off.
+            out.append(f"{name}{_labels(labels)} {value!r}" if isinstance(value, float) else
                        f"{name}{_labels(labels)} {value}")
     return "\n".join(out) + "\n"
 

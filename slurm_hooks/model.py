@@ -44,6 +44,11 @@ class Finding:
     # the node stays in service and only the job is acted on: "comment", "cancel" or
     # "requeue" (actions.comment_job still decides about the comment).
     job_action: str = ""
+    # The node must take no new work, but the job running on it may finish (NVIDIA: a
+    # pending row remap or DRAIN_AND_RESET lets running work continue; reset once it
+    # drained): drain without commenting on or requeueing the job; a reboot, if needed,
+    # is asked for at once (`reboot ASAP` waits for running jobs).
+    keep_job: bool = False
 
     def __post_init__(self):
         # Process names, command lines, paths and kernel-log text are chosen by users:
@@ -113,8 +118,9 @@ class Action:
 @dataclass
 class ActionResult:
     action: Action
-    outcome: str               # "done", "dry-run", "skipped", "failed"
+    outcome: str               # "done", "dry-run", "report-only", "skipped", "failed", "held"
     message: str = ""
+    retry: bool = False        # not done for want of Slurm (or of time): spooled for a later run
 
     def __post_init__(self):
         # Messages quote Slurm, which quotes reasons and comments people wrote.
@@ -124,4 +130,6 @@ class ActionResult:
     def to_json(self) -> dict:
         d = asdict(self.action)
         d.update(outcome=self.outcome, message=self.message)
+        if self.retry:
+            d["retry"] = True
         return d

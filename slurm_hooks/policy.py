@@ -12,6 +12,8 @@
 - A finding that is the job's own problem (`job_action`: a task stuck on its user's
   own FUSE mount) drains nothing and asks for no reboot: the job gets the diagnosis and
   the action the finding names (comment, cancel or requeue), nothing else.
+- A finding that lets running work finish (`keep_job`: a GPU with a row remap pending)
+  drains the node and leaves its job alone; its reboot, if any, is asked for at once.
 Each kind of action can be switched off in `actions:`. Job actions carry the uid of the
 diagnosed task: Slurm must agree it is the job's user before anything is done.
 """
@@ -37,7 +39,7 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
         out.append(Action("drain", node=node, reason=reason))
     jobs: dict[str, list[Finding]] = {}
     for f in failing:
-        if f.job is not None:
+        if f.job is not None and not f.keep_job:
             jobs.setdefault(f.job, []).append(f)
     for job, fs in jobs.items():
         incident = "+".join(sorted(f.incident or f.target for f in fs))
@@ -82,7 +84,7 @@ def _job_only(findings: list[Finding], node: str, prefix: str, actions_cfg) -> l
 
 
 def _killing_was_tried(f: Finding, node: str, actions_cfg, ledger: dict) -> bool:
-    if f.job is None or not actions_cfg.requeue_job:
+    if f.job is None or f.keep_job or not actions_cfg.requeue_job:
         return True
     return f"requeue:{f.job}:{f.incident or f.target}" in ledger
 

@@ -6,11 +6,17 @@ major.minor exactly and exists on PyPI for few releases, while `scontrol -o` out
 list (never a shell), uses an absolute path and a PATH we set ourselves
 (HealthCheckProgram runs with no PATH), and has a deadline. Errors carry scontrol's
 own message.
+
+All calls of one run can share one deadline (`Slurm.deadline`, monotonic): slurmd kills
+the health check after 60 s, and an incident takes several calls in a row. A call is
+given what is left of the deadline at most; with too little left it is not started
+(`OutOfTime`), and the caller spools the action for the next run.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
 
 from .runner import CommandResult, run_command
 
@@ -32,6 +38,18 @@ class SlurmUnavailable(SlurmError):
     """No scontrol, or no slurmctld answering."""
 
 
+class OutOfTime(SlurmUnavailable):
+    """The run's time for Slurm calls is spent: not tried, to be tried by a later run."""
+
+
+# A call needs at least this long: scontrol itself takes a few tens of milliseconds,
+# and a call cut short by the deadline is a call wasted.
+MIN_CALL = 1.0
+# Messages of scontrol that mean "no slurmctld answered", not "slurmctld said no".
+_UNREACHABLE = ("Unable to contact slurm controller", "Zero Bytes were transmitted",
+                "Socket timed out on send/recv")
+
+
 def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     """Parse one `scontrol -o show ...` line into a dict.
 
@@ -42,10 +60,14 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     current = None
+    node = line.startswith("NodeName=")
     for piece in _TOKEN.split(line.strip()):
         key, sep, value = piece.partition("=")
         if current in FREE_TEXT and (not sep or (known is not None and key not in known)
-                                     or (known is None and _looks_like_text(key, out))):
+                                     or (known is None and _looks_like_text(key, out))
+                                     or (node and current == "Reason" and not _STAMP.search(out[current]))):
+            # A node's reason always ends with Slurm's [user@time] stamp, and may hold
+            # words that look like keys: `Kill task failed (JobId=7 StepId=0)`.
             out[current] += " " + piece
             continue
         if not sep:
@@ -55,6 +77,9 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
         out[key] = value
         current = key
     return out
+
+
+_STAMP = re.compile(r"\[[^\]@]*@[^\]]*\]\s*$")
 
 
 def _looks_like_text(key: str, seen: dict) -> bool:
@@ -98,6 +123,7 @@ class Slurm:
         self.env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}
         self.down: str | None = None       # set once slurmctld failed to answer
         self._primed: dict[str, dict] = {}  # node fields a caller has just read (used once)
+        self.deadline: float | None = None  # monotonic time by which every call must end
         conf = cfg.conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -110,13 +136,27 @@ class Slurm:
             # slurmctld did not answer a moment ago: each new try would cost the
             # whole timeout again, and a health check has 60 s in all.
             raise SlurmUnavailable(self.down)
-        result = run_command([self.scontrol, *args], self.timeout, self.env)
+        return self._exec([self.scontrol, *args])
+
+    def _call_timeout(self) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left < MIN_CALL:
+            raise OutOfTime("the run's time for Slurm calls is spent")
+        return min(self.timeout, left)
+
+    def _exec(self, argv: list) -> CommandResult:
+        timeout = self._call_timeout()
+        result = run_command(argv, timeout, self.env)
         if result.timed_out:
+            if timeout < self.timeout:
+                raise OutOfTime(f"{result.message()}: the run's time for Slurm calls ran out")
             self.down = result.message()
             raise SlurmUnavailable(self.down)
         if not result.ok:
             msg = result.message()
-            if "Unable to contact slurm controller" in msg or "Zero Bytes were transmitted" in msg:
+            if any(m in msg for m in _UNREACHABLE):
                 self.down = msg
                 raise SlurmUnavailable(msg)
             raise SlurmError(msg)
@@ -133,8 +173,12 @@ class Slurm:
             if unknown in str(e).lower():
                 return None
             raise
-        head = "NodeName=" if kind == "node" else "JobId="
+        # `show job ID` of an array's own id lists every element: take the record
+        # whose JobId is the one asked for (an array's pending rest has it too).
+        head = f"NodeName={name} " if kind == "node" else f"JobId={name} "
         line = next((ln for ln in out.splitlines() if ln.startswith(head)), None)
+        if line is None and kind == "node":
+            line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
         return parse_oneliner(line) if line else None
 
     def prime_node(self, info: dict[str, str]) -> None:
@@ -148,6 +192,37 @@ class Slurm:
             return primed
         return self._show("node", node, f"node {node.lower()} not found")
 
+    def node_state(self, node: str) -> dict[str, str] | None:
+        """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
+
+        Through `sinfo -n NODE`, which asks slurmctld for that node alone
+        (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
+        and filters it in the client, and a prolog or epilog must not read the node list."""
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.down is not None:
+            raise SlurmUnavailable(self.down)
+        # Next to scontrol, and never access()ed here: Slurm may live on a hung network
+        # filesystem, and only the hang-safe exec may touch it.
+        sinfo = os.path.join(os.path.dirname(self.scontrol), "sinfo")
+        try:
+            # The reason last: it is free text and may hold the separator.
+            out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "cannot run" in str(e):           # no sinfo installed: the node list it is
+                return self.show_node(node)
+            raise
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            if name != node:
+                continue
+            state, _, reason = rest.partition("|")
+            reason = reason.rstrip()
+            return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason}
+        return None
+
     def show_job(self, job: str) -> dict[str, str] | None:
         return self._show("job", job, "invalid job id")
 
@@ -155,19 +230,25 @@ class Slurm:
         self._run("update", f"jobid={job}", f"admincomment={text}")
 
     def requeue(self, job: str) -> None:
-        self._run("requeue", job)
+        # Incomplete: only a job still CONFIGURING, RUNNING, STOPPED or SUSPENDED is
+        # requeued; one that ended meanwhile is left as it is (22.05 and later).
+        self._run("requeue", "Incomplete", job)
 
     def cancel(self, job: str) -> None:
         scancel = os.path.join(os.path.dirname(self.scontrol or ""), "scancel")
         if self.scontrol is None or not os.access(scancel, os.X_OK):
             raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}")
-        result = run_command([scancel, job], self.timeout, self.env)
-        if not result.ok:
-            raise SlurmError(result.message())
+        if self.down is not None:
+            raise SlurmUnavailable(self.down)
+        self._exec([scancel, job])
 
     def reboot(self, node: str, reason: str) -> None:
-        # ASAP: drain now, reboot once the node's jobs are gone; RESUME afterwards.
-        self._run("reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node)
+        # ASAP: drain now, reboot once the node's jobs are gone. nextstate=DOWN keeps
+        # the node out of service after the boot, with our reason (Slurm appends
+        # "reboot complete"), until a health check passes and slurm-hooks resumes it:
+        # nextstate=RESUME would clear the reason and put back a node whose fault
+        # survived the reboot before any check could stop it.
+        self._run("reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node)
 
     def listpids(self, node: str) -> dict:
         """pid -> JobRef for every job process this node's slurmd knows of."""
@@ -184,10 +265,35 @@ class Slurm:
     def drain(self, node: str, reason: str) -> None:
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
 
+    def undrain(self, node: str) -> None:
+        # UNDRAIN (22.05+) only clears the drain flag: unlike RESUME it never brings a
+        # DOWN node up nor cancels a pending reboot.
+        self._run("update", f"nodename={node}", "state=undrain")
+
     def resume(self, node: str) -> None:
+        # Only for a node that is DOWN by our own doing (our reboot's nextstate=DOWN).
         self._run("update", f"nodename={node}", "state=resume")
+
+
+def node_flags(info: dict[str, str]) -> set[str]:
+    """`IDLE+DRAIN+REBOOT_REQUESTED` -> {"IDLE", "DRAIN", "REBOOT_REQUESTED"}."""
+    return {f for f in info.get("State", "").upper().replace("*", "").split("+") if f}
 
 
 def node_is_drained(info: dict[str, str]) -> bool:
     # DRAIN, DRAINING, DRAINED and IDLE+DRAIN all mean "no new jobs here".
     return "DRAIN" in info.get("State", "").upper()
+
+
+# States somebody other than a drain puts a node in. slurm-hooks leaves such a node
+# alone (report only) unless the state and the reason are its own doing: a drain on
+# top would overwrite the reason, and a resume would bring a DOWN node up or cancel
+# a pending reboot.
+FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED",
+                  "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "FUTURE", "INVAL")
+REBOOT_STATES = ("REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+def foreign_states(info: dict[str, str]) -> list[str]:
+    flags = node_flags(info)
+    return [s for s in FOREIGN_STATES if s in flags]

@@ -1,7 +1,9 @@
 """`slurm-hooks status`: the cluster as slurm-hooks sees it, from any node with Slurm
-client access. Nodes drained by slurm-hooks, grouped by cause, with their age and the
-jobs it requeued from them; many nodes drained for the same filesystem are shown as one
-outage, since that is what they are.
+client access. Nodes drained by slurm-hooks, grouped by cause, with their age, the
+jobs it requeued from them and how far a reboot it asked for has got; many nodes drained
+for the same filesystem are shown as one outage, since that is what they are. Nodes
+out of service by anyone else (an admin's drain, DOWN, MAINT, a pending reboot) are
+listed as left alone.
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .breaker import cause_of
-from .slurm import node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 _JOB_NODE = re.compile(r"node (\S+?):")
@@ -23,6 +25,31 @@ class DrainedNode:
     since: str | None
     age_seconds: float | None
     jobs: list[dict] = field(default_factory=list)
+    state: str = ""
+    reboot: str | None = None      # how far the reboot slurm-hooks asked for has got
+
+
+# Slurm appends these to the reason of a node it reboots.
+_REBOOT_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+
+
+def reboot_progress(info: dict, reason: str) -> str | None:
+    flags = node_flags(info)
+    if "REBOOT_REQUESTED" in flags:
+        return "reboot requested: waiting for the node's jobs to end"
+    if "REBOOT_ISSUED" in flags:
+        return "rebooting (RebootProgram run), waiting for slurmd to register"
+    if reason.rstrip().endswith("reboot timed out"):
+        return "reboot timed out (ResumeTimeout): DOWN, needs a human"
+    if "DOWN" in flags and reason.rstrip().endswith("reboot complete"):
+        return "rebooted: DOWN until a health check passes"
+    return None
+
+
+def _plain(reason: str) -> str:
+    for note in _REBOOT_NOTES:
+        reason = reason.replace(note, "")
+    return reason
 
 
 @dataclass
@@ -65,12 +92,12 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
             continue
         total += 1
         info = parse_oneliner(line)
-        if not node_is_drained(info):
+        if not node_is_drained(info) and not foreign_states(info):
             continue
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
         if not reason.startswith(prefix):
-            others.append({"node": info["NodeName"], "reason": reason})
+            others.append({"node": info["NodeName"], "reason": reason, "state": info.get("State", "")})
             continue
         m = _STAMP.search(raw)
         since, age = None, None
@@ -80,8 +107,9 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 age = max(0.0, now - time.mktime(time.strptime(since, "%Y-%m-%dT%H:%M:%S")))
             except ValueError:
                 pass
-        ours.append(DrainedNode(node=info["NodeName"], reason=reason[len(prefix):].strip(), since=since,
-                                age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], [])))
+        ours.append(DrainedNode(node=info["NodeName"], reason=_plain(reason)[len(prefix):].strip(), since=since,
+                                age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], []),
+                                state=info.get("State", ""), reboot=reboot_progress(info, reason)))
     groups: dict[str, list[DrainedNode]] = {}
     for d in ours:
         groups.setdefault(cause_of(d.reason), []).append(d)
@@ -107,10 +135,13 @@ def render(st: Status) -> str:
         lines.append(f"  {head}")
         for d in g.nodes:
             lines.append(f"    {d.node:<12} {age(d.age_seconds):>5} ago  {d.reason}")
+            if d.reboot:
+                lines.append(f"    {'':<12} {'':>5}      {d.state}: {d.reboot}")
             for j in d.jobs:
                 what = "requeued" if j["requeued"] else "diagnosed"
                 lines.append(f"    {'':<12} {'':>5}      job {j['job']} {what} ({j['state']}, restarts {j['restarts']})")
     if st.drained_by_others:
-        lines.append(f"  drained by others (left alone): "
-                     + ", ".join(f"{o['node']} ({o['reason'] or 'no reason'})" for o in st.drained_by_others))
+        lines.append(f"  out of service by others (left alone): "
+                     + ", ".join(f"{o['node']} {o['state']} ({o['reason'] or 'no reason'})"
+                                 for o in st.drained_by_others))
     return "\n".join(lines)

@@ -1,64 +1,122 @@
 """NVIDIA Xid events from the kernel log, and what each one calls for.
 
 The driver logs `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen
-off the bus.` An Xid names the GPU by PCI address, so events are attached to the GPU
-with that bus id. What an Xid calls for is a table (data, not code), documented here
+off the bus.`, and on a MIG GPU `NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...` (the GPU
+instance). An Xid names the GPU by PCI address, so events are attached to the GPU with
+that bus id. What an Xid calls for is a table (data, not code), documented in the README
 and overridable in `gpu.xid_actions`:
 
-  drain   the GPU or its memory is in a state that breaks the next job: take the node
-          out of service (and requeue the job using that GPU).
-  record  an application-level fault (bad kernel, illegal address, a process killed
-          while using the GPU): the job that caused it fails by itself; the event is
-          recorded in the journal, the node stays in service.
-  warn    not in either list: reported as a warning, the node stays in service.
+  drain   the GPU needs a reset or the node a reboot before it can run work again: take
+          the node out of service, requeue the job that used that GPU (its work on it is
+          lost), ask for a reboot once the job is gone.
+  record  the application's own fault, or an event NVIDIA says to ignore: kept in the
+          journal, the node stays in service.
+  warn    worth an admin's look, not a reason to take the node away: a warning.
+  Xids not in the table are warnings.
 
-Sources for the classes: NVIDIA's Xid catalogue ("XID Errors" in the GPU deployment
-and management documentation), which marks the events that need a GPU reset or a
-node reboot.
+Source: NVIDIA's Xid catalogue for Ampere and newer GPUs ("Analyzing Xid Errors with the
+Xid Catalog", docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), column
+"Resolution Bucket (Immediate Action)": RESET_GPU and RESTART_BM are `drain`;
+RESTART_APP and IGNORE are `record` (or `warn` where the investigatory action is to
+contact support); an Xid marked unused on these GPUs is `warn`.
+
+Many Xids carry a "Xid 154 linkage" in the catalogue (R565 and later drivers): the
+driver then states the recovery it needs itself, as NVML's GPU recovery action
+(NVML_FI_DEV_GET_GPU_RECOVERY_ACTION) and as Xid 154. Where NVML offers that action, it
+decides, not the Xid's number: the GPU check reads it in the same run, and a linked Xid
+whose GPU says "none" needs no reset (a warning, so an admin still sees it), while one
+whose GPU asks for a recovery is recorded and the recovery-action finding carries the
+verdict, naming the Xid. The NVLink5 Xids (144-150) can only be told apart that way or
+by decoding their registers; without NVML's word, the ones the catalogue resolves with a
+GPU reset for some of their error bits drain, the others warn.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 DRAIN, RECORD, WARN = "drain", "record", "warn"
 
-# Xid -> (class, short meaning)
-TABLE: dict[int, tuple[str, str]] = {
-    13: (RECORD, "graphics engine exception (application fault)"),
-    31: (RECORD, "GPU memory page fault (application fault)"),
-    32: (RECORD, "invalid or corrupted push buffer stream"),
-    43: (RECORD, "GPU stopped processing (application fault)"),
-    45: (RECORD, "preemptive cleanup after an earlier error (process killed)"),
-    68: (RECORD, "video decoder exception"),
-    69: (RECORD, "graphics engine class error"),
-    48: (DRAIN, "double-bit ECC error"),
-    61: (DRAIN, "internal micro-controller breakpoint/warning"),
-    62: (DRAIN, "internal micro-controller halt"),
-    63: (DRAIN, "ECC page retirement or row remapping event"),
-    64: (DRAIN, "ECC page retirement or row remapping failure"),
-    74: (DRAIN, "NVLink error"),
-    79: (DRAIN, "GPU has fallen off the bus"),
-    92: (DRAIN, "high single-bit ECC error rate"),
-    94: (DRAIN, "contained ECC error"),
-    95: (DRAIN, "uncontained ECC error"),
-    119: (DRAIN, "GSP RPC timeout"),
-    120: (DRAIN, "GSP error"),
-    121: (DRAIN, "C2C link error"),
-    140: (DRAIN, "unrecovered ECC error"),
-    154: (DRAIN, "GPU recovery action changed (reset or reboot required)"),
+
+@dataclass(frozen=True)
+class Xid:
+    cls: str          # DRAIN, RECORD or WARN
+    bucket: str       # the catalogue's immediate action
+    meaning: str
+    linked: bool = False   # "Xid 154 linkage": NVML's recovery action decides where offered
+
+
+TABLE: dict[int, Xid] = {
+    # the application's fault: the job fails by itself, the GPU is fine
+    8: Xid(RECORD, "RESTART_APP", "GPU stopped processing (channel idle timeout)"),
+    11: Xid(RECORD, "RESTART_APP", "invalid or corrupted push buffer stream"),
+    13: Xid(RECORD, "RESTART_APP", "graphics engine exception (application fault)"),
+    31: Xid(RECORD, "RESTART_APP", "GPU memory page fault (application fault)"),
+    32: Xid(RECORD, "RESTART_APP", "invalid or corrupted push buffer stream"),
+    43: Xid(RECORD, "IGNORE", "GPU stopped processing (application fault)"),
+    45: Xid(RECORD, "WORKFLOW_XID_45", "preemptive cleanup after an earlier error (process killed)"),
+    68: Xid(RECORD, "RESTART_APP", "video decoder exception"),
+    69: Xid(RECORD, "RESTART_APP", "graphics engine class error"),
+    94: Xid(RECORD, "RESTART_APP", "contained ECC error (only the application that hit it is affected)",
+            linked=True),
+    # informational, or ignore per the catalogue
+    63: Xid(RECORD, "IGNORE", "ECC page retirement or row remapping recorded (a reset activates it)",
+            linked=True),
+    154: Xid(RECORD, "XID_154", "GPU recovery action changed (NVML's recovery action says what to do)"),
+    61: Xid(WARN, "CONTACT_SUPPORT", "internal micro-controller breakpoint/warning (unused on Ampere and newer)"),
+    92: Xid(WARN, "IGNORE", "high single-bit ECC error rate"),
+    121: Xid(WARN, "IGNORE", "C2C link error (corrected)"),
+    147: Xid(WARN, "WORKFLOW_NVLINK5_ERR", "NVLink5 TREX error (all error bits: ignore)", linked=True),
+    148: Xid(WARN, "WORKFLOW_NVLINK5_ERR", "NVLink5 NVLPW control error (ignore)", linked=True),
+    # the GPU needs a reset, or the node a reboot
+    46: Xid(DRAIN, "RESET_GPU", "GPU timeout"),
+    48: Xid(DRAIN, "WORKFLOW_XID_48", "double-bit ECC error", linked=True),
+    62: Xid(DRAIN, "RESET_GPU", "internal micro-controller halt", linked=True),
+    64: Xid(DRAIN, "RESET_GPU", "ECC page retirement or row remapping failure", linked=True),
+    74: Xid(DRAIN, "WORKFLOW_NVLINK_ERR", "NVLink error", linked=True),
+    79: Xid(DRAIN, "RESTART_BM", "GPU has fallen off the bus", linked=True),
+    95: Xid(DRAIN, "RESET_GPU", "uncontained ECC error", linked=True),
+    109: Xid(DRAIN, "RESET_GPU", "context switch timeout", linked=True),
+    110: Xid(DRAIN, "RESET_GPU", "security fault", linked=True),
+    119: Xid(DRAIN, "RESET_GPU", "GSP RPC timeout"),
+    120: Xid(DRAIN, "RESET_GPU", "GSP error", linked=True),
+    136: Xid(DRAIN, "RESET_GPU", "NVLink link training (ALI) failed", linked=True),
+    140: Xid(DRAIN, "RESET_GPU", "unrecovered ECC error"),
+    143: Xid(DRAIN, "RESET_GPU", "GPU initialization failure", linked=True),
+    144: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 SAW error", linked=True),
+    145: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 RLW error", linked=True),
+    146: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 TLW error", linked=True),
+    149: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 NETIR error", linked=True),
+    150: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 MSE error", linked=True),
+    155: Xid(DRAIN, "RESET_GPU", "NVLink software-defined error", linked=True),
+    156: Xid(DRAIN, "RESET_GPU", "resource retirement event", linked=True),
+    158: Xid(DRAIN, "RESET_GPU", "GPU fatal timeout"),
 }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    cls: str
+    meaning: str
+    note: str = ""     # why the class differs from the number's, when it does
+
 
 def parse(text: str) -> dict | None:
     from .kmsg import MATCHERS
-    m = next(x.pattern for x in MATCHERS if x.event == "xid").search(text)
-    if not m:
-        return None
-    return from_match(m)
+    for matcher in MATCHERS:
+        m = matcher.pattern.match(text) if matcher.event == "xid" else None
+        if m:
+            return from_match(m)
+    return None
 
 
 def from_match(m) -> dict:
     pid = m.group("pid")
+    name = (m.group("name") or "").strip().strip("'")
+    gi = m.groupdict().get("gi")
     return {"xid": int(m.group("xid")), "pci": normalise_pci(m.group("pci")),
+            "gpu_instance": int(gi) if gi is not None else None,
             "pid": int(pid) if pid and pid.isdigit() else None,
-            "name": (m.group("name") or "").strip().strip("'") not in ("", "<unknown>") and m.group("name").strip() or None, "message": m.group("msg").strip()}
+            "name": name if name not in ("", "<unknown>") else None, "message": m.group("msg").strip()}
 
 
 def normalise_pci(bus_id: str) -> str:
@@ -73,8 +131,23 @@ def normalise_pci(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{bus}:{devfn}"
 
 
-def classify(xid: int, overrides: dict[int, str] | None = None) -> tuple[str, str]:
-    meaning = TABLE.get(xid, (WARN, "Xid not in the table"))[1]
+def classify(xid: int, overrides: dict[int, str] | None = None, recovery: str | None = None) -> Verdict:
+    """`recovery`: the GPU's NVML recovery action this run, None where not offered."""
+    entry = TABLE.get(xid)
+    meaning = entry.meaning if entry else "Xid not in the table"
     if overrides and xid in overrides:
-        return overrides[xid], meaning
-    return TABLE.get(xid, (WARN, meaning))[0], meaning
+        return Verdict(overrides[xid], meaning)
+    if entry is None:
+        return Verdict(WARN, meaning)
+    if entry.linked and recovery is not None and entry.cls == DRAIN:
+        if recovery == "none":
+            return Verdict(WARN, meaning, "the driver asks for no recovery")
+        return Verdict(RECORD, meaning, f"the driver asks for recovery: {recovery}")
+    return Verdict(entry.cls, meaning)
+
+
+def classes() -> dict[str, set[int]]:
+    out: dict[str, set[int]] = {DRAIN: set(), RECORD: set(), WARN: set()}
+    for n, entry in TABLE.items():
+        out[entry.cls].add(n)
+    return out

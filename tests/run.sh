@@ -2,12 +2,16 @@
 # Install everything the tests need on a fresh Debian machine (as root) and run the
 # whole suite:  bash tests/run.sh [pytest args]
 # Debian packages: Slurm (slurmctld, slurmd, client), munge, FUSE, Python venv, and
-# what the packaging tests build and install with (debhelper, dpkg-dev, rpm, logrotate).
+# what the packaging tests build, install and lint with (debhelper, dpkg-dev, rpm,
+# logrotate, lintian, rpmlint, man-db, bash-completion) and promtool for the alert rules.
 # Python packages: the project with its test extra, in ./.venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 pkgs=(slurmctld slurmd slurm-client munge fuse3 python3 python3-venv procps util-linux debhelper dpkg-dev rpm logrotate)
+# The admins' own tools the tests run: promtool (Debian's prometheus package), the
+# distributions' package linters, man(1) and bash-completion's loader.
+pkgs+=(prometheus lintian rpmlint man-db bash-completion)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -803,6 +803,31 @@ class SlurmCluster:
                        for n in nodes)
         self.wait_for(registered, timeout, what=f"slurmd on {nodes} to re-register")
 
+    def boot_slurmd(self, node: str, timeout: float = 30) -> None:
+        """Restart ``node``'s slurmd as after a reboot of its host.
+
+        slurmctld takes a reboot as done when slurmd registers with a boot time
+        (from sysinfo(2)'s uptime) later than the reboot request.  The new slurmd
+        runs in a time namespace whose boot clock starts at about zero, so it
+        reports a boot time of now; nothing else about the host changes."""
+        d = self._slurmd.get(node)
+        if d is not None and d.alive():
+            d.send(signal.SIGTERM)
+            if not d.wait(15):
+                d.send(signal.SIGKILL)
+                d.wait(5)
+        time.sleep(1.2)      # boot times have 1 s resolution: after the request's
+        with open("/proc/uptime") as f:
+            uptime = int(float(f.read().split()[0]))
+        unshare = shutil.which("unshare", path=_search_path())
+        self._slurmd[node] = _Daemon(
+            node, [unshare, "--time", "--fork", "--kill-child=SIGTERM", f"--boottime=-{uptime}",
+                   self._bins["slurmd"], "-D", "-N", node],
+            self.env, self.log_dir / f"slurmd-{node}.stdout", self.root)
+        self.wait_for(lambda: "NOT_RESPONDING" not in self.node_state(node)
+                      and "REBOOT_ISSUED" not in self.node_state(node),
+                      timeout, what=f"slurmd {node} to register after its boot")
+
     def ensure_running(self) -> None:
         """Restart slurmctld/slurmd processes that died (e.g. a test killed one)."""
         if self._ctld is not None and not self._ctld.alive():

@@ -154,6 +154,47 @@ def test_corrupt_cache_is_ignored(tmp_path):
     assert config.load(str(p), cache_dir=str(cache)).reason_prefix == "site:"
 
 
+GROUPS = """\
+filesystems: [{path: /tmp}]
+actions: {reboot: false}
+node_groups:
+  - nodes: gpu[001-128]
+    settings:
+      actions: {requeue_job: false}
+      filesystems: [{path: /scratch, timeout: 3}]
+  - nodes: gpu007
+    settings:
+      actions: {report_only: true}
+"""
+
+
+def test_node_groups_apply_by_hostlist_in_order():
+    cfg = config.loads(GROUPS, "x.yaml", node="gpu007")
+    assert (cfg.actions.requeue_job, cfg.actions.reboot, cfg.actions.report_only) == (False, False, True)
+    assert [f.path for f in cfg.filesystems] == ["/scratch"] and cfg.node_groups == ["gpu[001-128]", "gpu007"]
+    other = config.loads(GROUPS, "x.yaml", node="gpu129")
+    assert [f.path for f in other.filesystems] == ["/tmp"] and other.actions.requeue_job and not other.node_groups
+
+
+def test_node_group_mistakes_are_errors_on_every_node(tmp_path):
+    text = ("node_groups:\n"
+            "  - nodes: gpu[01-\n    settings: {}\n"
+            "  - nodes: cpu[1-2]\n    settings:\n      actions: {reboot: maybe}\n"
+            "  - nodes: x1\n    settings:\n      node_name: x\n"
+            "  - {nodes: x2}\n")
+    assert problems(tmp_path, text) == [
+        "x.yaml:2: node_groups[0].nodes: not a valid hostlist 'gpu[01-': unbalanced '[' in 'gpu[01-'",
+        "x.yaml:9: node_groups[2].settings.node_name: cannot be set per node group",
+        "x.yaml:10: node_groups[3]: needs settings",
+        "x.yaml:6: node_groups[1].settings.actions.reboot: must be true or false, got 'maybe'",
+    ]
+
+
+def test_beside_command_needs_an_absolute_path(tmp_path):
+    assert problems(tmp_path, "beside:\n  command: [nhc]\n") == [
+        "x.yaml:2: beside.command: the program must be an absolute path (HealthCheckProgram has no PATH), got 'nhc'"]
+
+
 def test_yaml_tags_that_build_objects_are_refused(tmp_path):
     from slurm_hooks import config
     path = tmp_path / "evil.yaml"

@@ -47,17 +47,64 @@ def nvml(tmp_path):
     return n
 
 
-def test_fake_matches_real_nvml_error_values():
-    real = pytest.importorskip("pynvml")
+def _fake_module():
     import importlib.util
     spec = importlib.util.spec_from_file_location("fake_pynvml", FAKE / "pynvml.py")
     fake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(fake)
+    return fake
+
+
+def test_fake_matches_real_nvml_error_values():
+    real = pytest.importorskip("pynvml")
+    fake = _fake_module()
     for name in dir(fake):
-        if name.startswith("NVML_") and hasattr(real, name):
+        if name.startswith("NVML_") or name == "nvmlMemory_v2":
+            assert hasattr(real, name), name
             assert getattr(fake, name) == getattr(real, name), name
-    for value in (fake.NVML_ERROR_GPU_IS_LOST, fake.NVML_ERROR_RESET_REQUIRED, fake.NVML_ERROR_NOT_SUPPORTED):
-        assert str(fake.NVMLError(value)) == str(real.NVMLError(value))
+    # Every error the fake can raise has the real name, value, message and class.
+    for name in [n for n in dir(fake) if n.startswith("NVML_ERROR_")]:
+        value = getattr(fake, name)
+        if value in real.NVMLError._errcode_to_string:
+            assert str(fake.NVMLError(value)) == str(real.NVMLError(value)), name
+        assert type(fake.NVMLError(value)).__name__ == type(real.NVMLError(value)).__name__, name
+        assert isinstance(fake.NVMLError(value), fake.NVMLError)
+    for code in (8, 11, 14, 17, 18, 999):
+        assert type(fake.NVMLError(code)).__name__ == type(real.NVMLError(code)).__name__
+    assert issubclass(real.NVMLLibraryMismatchError, Exception)
+    assert not issubclass(real.NVMLLibraryMismatchError, real.NVMLError)
+    assert not issubclass(fake.NVMLLibraryMismatchError, fake.NVMLError)
+
+
+def test_fake_functions_are_real_functions():
+    """Every NVML function the fake offers exists in the real module, with the same
+    parameters, so code that works on the fake calls real NVML the same way."""
+    import inspect
+    real = pytest.importorskip("pynvml")
+    fake = _fake_module()
+    for name in [n for n in dir(fake) if n.startswith("nvml") and callable(getattr(fake, n))]:
+        assert hasattr(real, name), name
+        fake_params = [p.kind for p in inspect.signature(getattr(fake, name)).parameters.values()]
+        real_params = [p.kind for p in inspect.signature(getattr(real, name)).parameters.values()]
+        assert len(fake_params) == len(real_params), name
+
+
+def test_nvml_tables_are_nvmls_own():
+    """The numbers nvml.py decodes are the real module's: field-value union members by
+    value type, recovery actions, NVLink error counters."""
+    real = pytest.importorskip("pynvml")
+    from slurm_hooks import nvml
+    members = [f[0] for f in real.c_nvmlValue_t._fields_]
+    for vtype, member in nvml.VALUE_MEMBERS.items():
+        name = next(n for n in dir(real) if n.startswith("NVML_VALUE_TYPE_") and getattr(real, n) == vtype
+                    and n != "NVML_VALUE_TYPE_COUNT")
+        assert member in members, (name, member)
+    assert [nvml.VALUE_MEMBERS[i] for i in range(7)] == members
+    for value, action in nvml.RECOVERY_ACTIONS.items():
+        assert getattr(real, f"NVML_GPU_RECOVERY_ACTION_{action.upper()}") == value
+    names = {"replay": "REPLAY", "recovery": "RECOVERY", "crc_flit": "CRC_FLIT", "crc_data": "CRC_DATA"}
+    for value, counter in nvml.NVLINK_COUNTERS.items():
+        assert getattr(real, f"NVML_NVLINK_ERROR_DL_{names[counter]}") == value
 
 
 def test_healthy_gpus(nvml):
@@ -108,12 +155,15 @@ def test_warnings_do_not_drain(nvml, change, summary):
 
 def test_counter_growth_between_runs_warns(nvml):
     sc = copy.deepcopy(nvml.scenario)
-    sc["gpus"][1].update(pcie_replays=10, nvlink_links=2, nvlink_errors=1)
+    crc = {"crc_flit": 1, "crc_data": 1}
+    sc["gpus"][1].update(pcie_replays=10, nvlink_links=2, nvlink_errors=crc)
     assert nvml.run(sc)["bad"] == []
-    sc["gpus"][1].update(pcie_replays=510, nvlink_errors=200)
-    got = sorted(f["summary"] for f in nvml.run(sc)["bad"])
-    assert got == ["gpu 1 (0000:3c:00.0) NVLink errors +1592 since the last run",
-                   "gpu 1 (0000:3c:00.0) PCIe replays +500 since the last run"]
+    sc["gpus"][1].update(pcie_replays=510, nvlink_errors={"crc_flit": 200, "crc_data": 200})
+    rec = nvml.run(sc)
+    assert sorted(f["summary"] for f in rec["bad"]) == [
+        "gpu 1 (0000:3c:00.0) NVLink CRC errors +796 since the last run",
+        "gpu 1 (0000:3c:00.0) PCIe replays +500 since the last run"]
+    assert rec["rc"] == 0 and {f["severity"] for f in rec["bad"]} == {"warn"}
 
 
 def test_missing_gpu_is_named(nvml):
@@ -186,17 +236,22 @@ def test_lost_gpu_with_its_xid_is_one_line(nvml):
 def test_readme_xid_table_is_the_code_table():
     from slurm_hooks import xid
     text = (ROOT / "README.md").read_text()
-    for cls in (xid.DRAIN, xid.RECORD):
+    for cls in (xid.DRAIN, xid.RECORD, xid.WARN):
         row = next(line for line in text.splitlines() if line.startswith(f"| `{cls}` |"))
         listed = {int(n) for n in row.split("|")[2].split("(")[0].replace(",", " ").split()}
-        assert listed == {n for n, (c, _) in xid.TABLE.items() if c == cls}, cls
+        assert listed == {n for n, entry in xid.TABLE.items() if entry.cls == cls}, cls
+    # The source of the classes is named, in the README and in the code that holds them.
+    source = "docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
+    assert source in text.replace("\n", " ") and source in xid.__doc__.replace("\n", " ")
 
 
-def hook_run(nvml, hook, scenario, gpus="1,2"):
+def hook_run(nvml, hook, scenario, gpus="1,2", **more_env):
     path = nvml.config.parent / "scenario.json"
     path.write_text(json.dumps(scenario))
     env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(path), "SLURM_JOB_ID": "900",
-           "SLURM_JOB_GPUS": gpus, "SLURMD_NODENAME": "gpunode"}
+           "SLURMD_NODENAME": "gpunode", **more_env}
+    if gpus is not None:
+        env["SLURM_JOB_GPUS"] = gpus
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(nvml.config), hook, "--dry-run", "--json"],
                        capture_output=True, text=True, timeout=60, env=env)
     rec = json.loads(r.stdout)

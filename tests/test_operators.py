@@ -80,7 +80,7 @@ def test_journal_has_run_and_action_lines_and_rotates(node, tmp_path, hung_mount
     for _ in range(6):
         node.run("healthcheck")
     files = sorted(p.name for p in node.log.parent.iterdir())
-    assert files == ["journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", "journal.jsonl.3"]
+    assert files == ["journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", "journal.jsonl.3", "journal.jsonl.lock"]
     assert all(p.stat().st_size <= 4096 for p in node.log.parent.iterdir())
     records = journal.read(str(node.log))
     events = [r["event"] for r in records]
@@ -122,3 +122,28 @@ def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount
     assert f"  fs {hung_mount.path} create hung >1s (fuse.fusefs)" in out
     assert "      step: create" in out and "      fstype: fuse.fusefs" in out
     assert "last 1 runs:" in out and "healthcheck unhealthy" in out
+
+
+APPENDER = """
+import sys
+from slurm_hooks import journal
+path, who = sys.argv[1], sys.argv[2]
+for i in range(400):
+    err = journal.append(path, {"event": "run", "who": who, "i": i, "pad": "x" * 200},
+                         max_bytes=16384, keep=1000)
+    assert err is None, err
+"""
+
+
+def test_concurrent_appends_and_rotations_lose_no_record(tmp_path):
+    """The prolog, epilog and health check of a node write the journal at once."""
+    import subprocess
+    import sys
+    path = tmp_path / "j" / "journal.jsonl"
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(w)]) for w in range(8)]
+    assert [p.wait(timeout=120) for p in procs] == [0] * 8
+    records = journal.read(str(path))
+    assert len(records) == 8 * 400
+    assert {(r["who"], r["i"]) for r in records} == {(str(w), i) for w in range(8) for i in range(400)}
+    rotated = [p for p in path.parent.iterdir() if p.name.startswith("journal.jsonl.") and p.name[14:].isdigit()]
+    assert len(rotated) > 20 and all(p.stat().st_size <= 16384 for p in rotated)

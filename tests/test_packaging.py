@@ -3,8 +3,12 @@ the Debian package (packaging/build-deb.sh; installed with apt-get as CI does, r
 way slurmd runs it, then purged) and the RPM (packaging/build-rpm.sh; inspected, and
 unpacked into a scratch root).
 
-Needs dpkg-buildpackage + debhelper, rpmbuild, logrotate and root: `bash tests/run.sh`
-installs the tools. Nothing here is skipped: a missing tool fails with what to run.
+Both packages must pass their distribution's linter, lintian and rpmlint, with only
+the reasoned overrides shipped in packaging/: any new warning fails here.
+
+Needs dpkg-buildpackage + debhelper, rpmbuild, lintian, rpmlint, logrotate, man-db,
+bash-completion and root: `bash tests/run.sh` installs the tools. Nothing here is
+skipped: a missing tool fails with what to run.
 
 Installing the .deb takes over /etc/slurm-hooks, /var/lib/slurm-hooks and
 /var/log/slurm-hooks: whatever is there (packaging/install.sh's copy, other tests'
@@ -36,6 +40,12 @@ PROGRAMS = {"slurm-hooks": "slurm_hooks.cli:main",
             "slurm-hooks-epilog": "slurm_hooks.cli:epilog_main"}
 TAKEN_OVER = ("/etc/slurm-hooks", "/var/lib/slurm-hooks", "/var/log/slurm-hooks")
 NODE = "pkgtest"          # a node name no test cluster has: nothing real gets drained
+# What admins wire into their own tools: man pages, completion, rules and dashboard.
+ADMIN_FILES = ("/usr/share/man/man8/slurm-hooks.8.gz", "/usr/share/man/man5/slurm-hooks.yaml.5.gz",
+               "/usr/share/bash-completion/completions/slurm-hooks",
+               "/usr/share/slurm-hooks/prometheus/slurm-hooks-rules.yml",
+               "/usr/share/slurm-hooks/grafana/slurm-hooks.json")
+MAN_LINKS = tuple(f"/usr/share/man/man8/{name}.8.gz" for name in PROGRAMS if name != "slurm-hooks")
 TIMINGS: dict[str, str] = {}
 
 
@@ -132,7 +142,10 @@ def test_wheel_and_sdist_build(tmp_path):
         names = {n[len(top) + 1:] for n in t.getnames()}
     for f in ("conf/slurm-hooks.yaml", "packaging/debian/control", "packaging/debian/rules",
               "packaging/rpm/slurm-hooks.spec", "packaging/stage.py", "packaging/slurm-hooks.logrotate",
-              "packaging/slurm.conf.example", "packaging/install.sh", "tests/fake_nvml/pynvml.py",
+              "packaging/slurm.conf.example", "packaging/install.sh", "packaging/gendocs.py",
+              "packaging/prometheus/slurm-hooks-rules.yml", "packaging/grafana/slurm-hooks.json",
+              "packaging/debian/slurm-hooks.lintian-overrides", "packaging/rpm/slurm-hooks.rpmlintrc",
+              "packaging/rpm/rpmlint.toml", "tests/fake_nvml/pynvml.py",
               "tests/run.sh", "README.md", "BENCHMARKS.md", "setup.cfg", "pyproject.toml", *SOURCES):
         assert f in names, f"sdist lacks {f}"
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
@@ -165,13 +178,18 @@ def test_deb_contents(deb):
     files = deb_listing(deb)
     for name in PROGRAMS:
         assert files.get(f"/usr/sbin/{name}") == "-rwxr-xr-x", (name, files.get(f"/usr/sbin/{name}"))
-    for f in ("/usr/lib/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml",
+    for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml",
               "/etc/logrotate.d/slurm-hooks", "/usr/share/doc/slurm-hooks/copyright",
               "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE",
               "/usr/share/doc/slurm-hooks/slurm.conf.example"):
         assert files.get(f) == "-rw-r--r--", (f, files.get(f))
-    lib = sorted(f[len("/usr/lib/slurm-hooks/"):] for f in files
-                 if f.startswith("/usr/lib/slurm-hooks/slurm_hooks/") and not files[f].startswith("d"))
+    for f in ADMIN_FILES:
+        assert files.get(f) == "-rw-r--r--", (f, files.get(f))
+    for f in MAN_LINKS:
+        assert files.get(f) == "lrwxrwxrwx", (f, files.get(f))
+    assert files.get("/usr/share/lintian/overrides/slurm-hooks") == "-rw-r--r--"
+    lib = sorted(f[len("/usr/share/slurm-hooks/"):] for f in files
+                 if f.startswith("/usr/share/slurm-hooks/slurm_hooks/") and not files[f].startswith("d"))
     assert lib == SOURCES, "the package's modules differ from slurm_hooks/*.py (only .py files belong there)"
     assert files["/var/lib/slurm-hooks"] == "drwx------"
     assert files["/var/log/slurm-hooks"] == "drwxr-x---"
@@ -181,6 +199,18 @@ def test_deb_contents(deb):
     assert {d.strip() for d in depends.split(",")} >= {"python3 (>= 3.9)", "python3-yaml", "python3-psutil"}
     assert run(["dpkg-deb", "-I", deb, "conffiles"]).stdout.split() == \
         ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
+
+
+def test_deb_passes_lintian(deb):
+    """No error, warning or info from lintian; the deliberate directory modes are
+    overridden with their reasons (packaging/debian/slurm-hooks.lintian-overrides), and
+    an override that no longer matches shows as unused-override and fails too."""
+    need("lintian", "lintian")
+    t = time.monotonic()
+    r = run(["lintian", "--fail-on", "error,warning", "--display-info", deb], check=False, timeout=300)
+    TIMINGS["lintian"] = f"{time.monotonic() - t:.1f}s"
+    tags = [line for line in r.stdout.splitlines() if re.match(r"[EWIXP]: ", line)]
+    assert r.returncode == 0 and not tags, f"lintian {deb.name}:\n{r.stdout}{r.stderr}"
 
 
 def installed(package: str) -> bool:
@@ -209,9 +239,9 @@ def taken_over():
         if run(["dpkg-query", "-W", "slurm-hooks"], check=False).returncode == 0:
             run(["dpkg", "--purge", "slurm-hooks"], check=False)     # also after a failure
         for p in TAKEN_OVER:
+            if os.path.lexists(p):
+                shutil.rmtree(p)        # what the test installed (install.sh, or a failed purge)
             if p in moved:
-                if os.path.lexists(p):
-                    shutil.rmtree(p)
                 os.rename(p + tag, p)
 
 
@@ -249,8 +279,8 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     assert stat.S_IMODE(os.stat("/var/lib/slurm-hooks").st_mode) == 0o700
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks").st_mode) == 0o750
     # postinst byte-compiled the modules and the bundled pynvml
-    assert list(Path("/usr/lib/slurm-hooks/slurm_hooks/__pycache__").glob("cli.*.pyc"))
-    assert list(Path("/usr/lib/slurm-hooks/__pycache__").glob("pynvml.*.pyc"))
+    assert list(Path("/usr/share/slurm-hooks/slurm_hooks/__pycache__").glob("cli.*.pyc"))
+    assert list(Path("/usr/share/slurm-hooks/__pycache__").glob("pynvml.*.pyc"))
 
     r = sbin("slurm-hooks", "--version")
     assert r.returncode == 0 and r.stdout.strip() == f"slurm-hooks {VERSION}", (r.stdout, r.stderr)
@@ -283,6 +313,23 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks/journal.jsonl").st_mode) == 0o640
     assert os.path.isdir(f"/var/lib/slurm-hooks/{NODE}")
 
+    # man finds every program's page and renders it without a warning; the completion
+    # loads through bash-completion's own loader and offers the commands and checks.
+    need("man", "man-db")
+    for name in PROGRAMS:
+        r = run(["man", "-w", name], env=dict(os.environ, MANPATH="/usr/share/man"))
+        assert r.stdout.strip() == "/usr/share/man/man8/slurm-hooks.8.gz", (name, r.stdout)   # links resolved
+    for page in ("slurm-hooks-healthcheck", "slurm-hooks.yaml"):
+        r = run(["man", "--warnings", "-P", "cat", page], env=dict(os.environ, MANPATH="/usr/share/man",
+                                                                      MANWIDTH="80", LC_ALL="C.UTF-8"))
+        assert r.stderr == "" and "slurm-hooks" in r.stdout, r.stderr
+    if not os.path.exists("/usr/share/bash-completion/bash_completion"):
+        pytest.fail("bash-completion is not installed (bash tests/run.sh installs it)")
+    script = ('source /usr/share/bash-completion/bash_completion; __load_completion slurm-hooks; '
+              'COMP_WORDS=(slurm-hooks check ""); COMP_CWORD=2; _slurm_hooks; echo "${COMPREPLY[*]}"')
+    r = run(["bash", "-c", script])
+    assert {"filesystem", "stuck_tasks", "gpu", "--json"} <= set(r.stdout.split()), r.stdout
+
     # The prolog and epilog launchers, as slurmd starts them for a job.
     for hook in ("prolog", "epilog"):
         r = sbin(f"slurm-hooks-{hook}", env={"SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "4242",
@@ -292,7 +339,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     # The logrotate rule, forced once: a dated copy, a fresh 0640 journal.
     need("logrotate", "logrotate")
     run(["logrotate", "-f", "-s", tmp_path / "logrotate.state", "/etc/logrotate.d/slurm-hooks"])
-    rotated = sorted(os.listdir("/var/log/slurm-hooks"))
+    rotated = sorted(n for n in os.listdir("/var/log/slurm-hooks") if not n.endswith(".lock"))
     assert re.fullmatch(r"journal\.jsonl-\d{8}", rotated[-1]) and rotated[0] == "journal.jsonl", rotated
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks/journal.jsonl").st_mode) == 0o640
 
@@ -301,8 +348,34 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     run(["dpkg", "--purge", "slurm-hooks"])
     TIMINGS["dpkg --purge"] = f"{time.monotonic() - t:.1f}s"
     assert not installed("slurm-hooks")
-    for p in ("/usr/sbin/slurm-hooks", "/usr/lib/slurm-hooks", "/usr/share/doc/slurm-hooks", *TAKEN_OVER):
+    for p in ("/usr/sbin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
+              *MAN_LINKS, *TAKEN_OVER):
         assert not os.path.lexists(p), f"{p} left after purge"
+
+
+# --- install.sh -------------------------------------------------------------------------
+
+def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
+    """The virtual-environment install, into scratch places: the program, the man pages
+    (found by man through MANPATH, rendered without a warning), the completion, the
+    rules and the dashboard, the configuration and the private directories."""
+    prefix, mandir, completions = tmp_path / "opt", tmp_path / "man", tmp_path / "completions"
+    env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions))
+    timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
+    r = run([prefix / "bin/slurm-hooks", "--version"])
+    assert r.stdout.strip() == f"slurm-hooks {VERSION}"
+    for name in PROGRAMS:
+        r = run(["man", "-w", name], env=dict(os.environ, MANPATH=str(mandir)))
+        assert r.stdout.strip() == str(mandir / "man8/slurm-hooks.8.gz"), (name, r.stdout)
+    r = run(["man", "--warnings", "-P", "cat", "slurm-hooks.yaml"],
+            env=dict(os.environ, MANPATH=str(mandir), MANWIDTH="80", LC_ALL="C.UTF-8"))
+    assert r.stderr == "" and "prometheus_textfile_dir" in r.stdout, r.stderr
+    assert "complete -F _slurm_hooks slurm-hooks" in (completions / "slurm-hooks").read_text()
+    for rel in ("share/slurm-hooks/prometheus/slurm-hooks-rules.yml", "share/slurm-hooks/grafana/slurm-hooks.json"):
+        assert (prefix / rel).read_bytes() == (ROOT / "packaging" / rel.split("/", 2)[2]).read_bytes(), rel
+    assert Path("/etc/slurm-hooks/slurm-hooks.yaml").read_text() == (ROOT / "conf/slurm-hooks.yaml").read_text()
+    assert stat.S_IMODE(os.stat("/var/lib/slurm-hooks").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat("/var/log/slurm-hooks").st_mode) == 0o750
 
 
 # --- RPM --------------------------------------------------------------------------------
@@ -334,22 +407,39 @@ def test_rpm_metadata(rpm):
     assert rpmq("-c", rpm).split() == ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
     listing = {}
     for line in rpmq("-lv", rpm).splitlines():
-        fields = line.split()
+        fields = line.split(" -> ")[0].split()          # a link: "PATH -> TARGET"
         listing[fields[-1]] = fields[0]
     for name in PROGRAMS:
         assert listing.get(f"/usr/sbin/{name}") == "-rwxr-xr-x", name
-    for f in ("/usr/lib/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml", "/etc/logrotate.d/slurm-hooks",
+    for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml", "/etc/logrotate.d/slurm-hooks",
               "/usr/share/doc/slurm-hooks/README.md", "/usr/share/doc/slurm-hooks/slurm.conf.example",
               "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE"):
         assert listing.get(f) == "-rw-r--r--", (f, listing.get(f))
-    lib = sorted(f[len("/usr/lib/slurm-hooks/"):] for f, mode in listing.items()
-                 if f.startswith("/usr/lib/slurm-hooks/slurm_hooks/") and not mode.startswith("d"))
+    for f in ADMIN_FILES:
+        assert listing.get(f) == "-rw-r--r--", (f, listing.get(f))
+    for f in MAN_LINKS:
+        assert listing.get(f, "").startswith("l"), (f, listing.get(f))
+    lib = sorted(f[len("/usr/share/slurm-hooks/"):] for f, mode in listing.items()
+                 if f.startswith("/usr/share/slurm-hooks/slurm_hooks/") and not mode.startswith("d"))
     assert lib == SOURCES
     assert listing["/var/lib/slurm-hooks"] == "drwx------"
     assert listing["/var/log/slurm-hooks"] == "drwxr-x---"
     assert "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE" in rpmq("-L", rpm).split()
     scripts = rpmq("--scripts", rpm)
     assert "compileall" in scripts and "__pycache__" in scripts
+
+
+def test_rpm_passes_rpmlint(rpm):
+    """No error or warning from rpmlint beyond the filters shipped with their reasons
+    (packaging/rpm/slurm-hooks.rpmlintrc; rpmlint.toml says man pages are gzipped, as on EL)."""
+    need("rpmlint", "rpmlint")
+    r = run(["rpmlint", "-c", ROOT / "packaging/rpm/rpmlint.toml", "-r", ROOT / "packaging/rpm/slurm-hooks.rpmlintrc",
+             rpm], check=False, timeout=300)
+    tags = [line for line in r.stdout.splitlines() if re.search(r": [EW]: ", line)]
+    assert r.returncode == 0 and not tags, f"rpmlint {rpm.name}:\n{r.stdout}{r.stderr}"
+    assert re.search(r"\b0 errors, 0 warnings\b", r.stdout), r.stdout
+    header = rpmq("--qf", "%{GROUP}|%{URL}|%{PACKAGER}", rpm)
+    assert header == "System Environment/Daemons|https://slurm-hooks.invalid/|slurm-hooks developers <dev@slurm-hooks.invalid>", header
 
 
 def test_rpm_payload_runs(rpm, tmp_path):
@@ -362,9 +452,9 @@ def test_rpm_payload_runs(rpm, tmp_path):
     assert stat.S_IMODE(os.stat(root / "var/log/slurm-hooks").st_mode) == 0o750
     launcher = (root / "usr/sbin/slurm-hooks-healthcheck").read_text()
     assert launcher.startswith("#!/usr/bin/python3 -I\n")
-    assert "sys.path.insert(0, '/usr/lib/slurm-hooks')" in launcher
-    lib = root / "usr/lib/slurm-hooks"
-    code = launcher.replace("'/usr/lib/slurm-hooks'", repr(str(lib))).replace("healthcheck_main", "main")
+    assert "sys.path.insert(0, '/usr/share/slurm-hooks')" in launcher
+    lib = root / "usr/share/slurm-hooks"
+    code = launcher.replace("'/usr/share/slurm-hooks'", repr(str(lib))).replace("healthcheck_main", "main")
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); import pynvml, slurm_hooks.cli; "
              "print(pynvml.__file__, slurm_hooks.cli.__file__)")
     r = run(["/usr/bin/python3", "-I", "-c", probe, lib], env={})

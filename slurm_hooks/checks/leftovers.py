@@ -9,6 +9,10 @@ call, file, mount, cause) and drains the node; a leftover not in D is only repor
 
 Processes are found by their cgroup (this node's job_J), read from /proc/PID/cgroup,
 which is safe for any process.
+
+GPU processes (the prolog's "is this GPU free?", checks/gpu_hooks.py) are sorted here
+too: this job's, another job's, the MPS server's, or no job's. Which of them are
+leftovers depends on whether the GPU is shared on purpose (Slurm shard or MPS).
 """
 from __future__ import annotations
 
@@ -32,6 +36,24 @@ def job_pids(job: str, node: str, proc: str = procfs.PROC) -> list[int]:
         if ref is not None and ref.job == job and ref.belongs_to(node):
             out.append(int(pid))
     return out
+
+
+MPS_SERVER = "nvidia-cuda-mps-server"
+
+
+def gpu_process_owner(pid: int, job: str, node: str, proc: str = procfs.PROC) -> tuple[str, str]:
+    """(kind, label) of a process NVML lists on a GPU: kind is "this_job", "other_job",
+    "mps_server" (NVIDIA's MPS server, which runs outside any job) or "no_job"."""
+    text = procfs.text(f"{proc}/{pid}/cgroup")
+    ref = from_cgroup(text) if text else None
+    if ref is not None and ref.belongs_to(node):
+        if ref.job == job:
+            return "this_job", f"pid {pid} (job {ref.job})"
+        return "other_job", f"pid {pid} (job {ref.job})"
+    comm = procfs.text(f"{proc}/{pid}/comm")
+    if comm is not None and comm.strip() == MPS_SERVER[:15]:     # comm holds 15 characters
+        return "mps_server", f"pid {pid} (MPS server)"
+    return "no_job", f"pid {pid}"
 
 
 class LeftoversCheck:
