@@ -198,6 +198,11 @@ class Slurm:
         Through `sinfo -n NODE`, which asks slurmctld for that node alone
         (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
         and filters it in the client, and a prolog or epilog must not read the node list."""
+        primed = self._primed.pop(node, None)
+        if primed is not None:
+            reason = strip_reason_stamp(primed.get("Reason", ""))
+            return {"NodeName": node, "State": primed.get("State", "").upper(),
+                    "Reason": "" if reason in ("none", "(null)") else reason}
         if self.scontrol is None:
             raise SlurmUnavailable(f"scontrol not found in {self.where}")
         if self.down is not None:
