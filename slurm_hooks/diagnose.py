@@ -448,14 +448,15 @@ def record(cfg, d: Diagnosis) -> list[str]:
     return problems
 
 
-def capture(cfg, job: str) -> str:
+def capture(cfg, job: str, timeout: float | None = None) -> str:
     """The health check's job-wide picture before a requeue: one line, or "" when it
     is switched off or Slurm cannot run a step (no srun, slurmctld unreachable, the
-    job already gone). Never an exception, never past the configured deadline."""
+    job already gone). Never an exception, never past `timeout` (default: the
+    configured `diagnose.on_requeue_timeout`)."""
     if not cfg.diagnose.on_requeue:
         return ""
     try:
-        d = diagnose(cfg, job, cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
+        d = diagnose(cfg, job, timeout or cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
     except DiagnoseError:
         return ""
     except Exception as e:          # the requeue must go on whatever happened here

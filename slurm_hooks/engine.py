@@ -155,7 +155,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     if slurm is not None and started is not None:
         slurm.deadline = started + cfg.actions.deadline
     if slurm is not None:
-        _job_picture(cfg, actions)
+        _job_picture(cfg, actions, slurm)
     held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     if (reboot or new_boot) and slurm is not None:
@@ -168,7 +168,9 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, "held", why) for a, why in held]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
-    if held == [] and slurm is not None:
+    if held == [] and slurm is not None and hook == "healthcheck":
+        # Only the health check re-reads the cluster: a prolog or epilog never reads the
+        # node list (Slurm's guide), it honours the health checks' last view instead.
         results = _breaker_recheck(cfg, node, results, slurm, state)
 
     if not dry_run and not report_only:
@@ -270,15 +272,27 @@ def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) ->
                          "the precise reason follows") for a in drains]
 
 
-def _job_picture(cfg, actions) -> None:
+# The picture may take at most this share of what is left of the run's action time:
+# the drain, comment and requeue it precedes must still fit before slurmd's kill.
+PICTURE_SHARE = 0.5
+
+
+def _job_picture(cfg, actions, slurm) -> None:
     """Before a job is requeued, the job-wide picture (diagnose.py) joins the diagnosis
-    recorded on it, so the post-mortem shows what the other ranks were doing."""
+    recorded on it, so the post-mortem shows what the other ranks were doing. It lives
+    inside the run's action deadline: at most half of what is left of it."""
     jobs = sorted({a.job for a in actions if a.kind == "requeue" and a.job})
     if not jobs:
         return
     from .diagnose import capture
     for job in jobs:
-        line = capture(cfg, job)
+        limit = cfg.diagnose.on_requeue_timeout
+        deadline = getattr(slurm, "deadline", None)
+        if deadline is not None:
+            limit = min(limit, (deadline - time.monotonic()) * PICTURE_SHARE)
+        if limit < 1:
+            break                    # no time left for it: the requeue comes first
+        line = capture(cfg, job, limit)
         for a in actions:
             if line and a.job == job and a.kind in ("comment", "requeue"):
                 a.text = f"{a.text}; {line}" if a.text else line
