@@ -803,7 +803,7 @@ class SlurmCluster:
                        for n in nodes)
         self.wait_for(registered, timeout, what=f"slurmd on {nodes} to re-register")
 
-    def boot_slurmd(self, node: str, timeout: float = 30) -> None:
+    def boot_slurmd(self, node: str, timeout: float = 90) -> None:
         """Restart ``node``'s slurmd as after a reboot of its host.
 
         slurmctld takes a reboot as done when slurmd registers with a boot time

@@ -309,8 +309,11 @@ def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_c
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
     assert (f"; job-wide: rank 0 on n1 is in openat() on {hung_mount.path}/main_log.txt "
-            "(fuse.fusefs, D, no progress) from <module> (ranks.py); ranks 1-2 on n2,n3 waiting in "
-            "<module> (ranks.py), in clock_nanosleep() (2 of 3)") in comment
+            "(fuse.fusefs, D, no progress) from <module> (ranks.py); ") in comment
+    # The others wait in their loop; one may be caught between two sleeps, so they can
+    # come out as one group or two.
+    others = comment.split("; job-wide: ", 1)[1]
+    assert "n2" in others and "n3" in others and "waiting in <module> (ranks.py)" in others, others
     sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
     requeue = next(a for a in sick["actions"] if a["kind"] == "requeue")
     assert requeue["outcome"] == "done" and "job-wide: rank 0 on n1 is in openat()" in requeue["text"]
