@@ -230,5 +230,8 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     reason = cluster.show_node("n2")["Reason"]
     assert reason.startswith(f"slurm-hooks: job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason
     assert cluster.job_state(job) in ("CANCELLED", "COMPLETING")
-    drains = [a for r in journal(tmp_path, "n2") for a in r["actions"] if a["kind"] == "drain" and a["outcome"] == "done"]
+    # Slurm shows the reason a moment before the run that set it has written its journal line.
+    drains = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n2") for a in r["actions"]
+                                       if a["kind"] == "drain" and a["outcome"] == "done"], 10,
+                              what="the drain in n2's journal")
     assert "replaced Slurm's generic reason 'Kill task failed" in drains[0]["message"]
