@@ -16,6 +16,8 @@ from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
 DEFAULT_CHECKS = ["filesystem", "stuck_tasks", "gpu"]
+# The runs whose decisions are kept: a look (`check`) or a dry run keeps nothing.
+COMMITTING = ("healthcheck", "prolog", "epilog")
 
 
 @dataclass
@@ -76,8 +78,14 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     started = time.time()
     t0 = time.monotonic()
     node = node_name(cfg)
-    state = StateStore(state_dir(cfg, node))
-    ctx = Context(cfg, node, state, Runner(state), hook=hook, job=job, fs_timeout=fs_timeout)
+    directory = state_dir(cfg, node)
+    # Checks and policy save into a staged store: what they would keep. Only a real run
+    # commits it; `check` and --dry-run leave the node's state as it was. The runner's
+    # record of its own stuck children is the exception: it is a fact about processes
+    # this run left behind, and forgetting it would start a second stuck probe.
+    state = StateStore(directory, staged=True)
+    children = StateStore(directory)
+    ctx = Context(cfg, node, state, Runner(children), hook=hook, job=job, fs_timeout=fs_timeout)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
                        job=job.id if job else None)
     beside = None
@@ -95,7 +103,9 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
         record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook, started=t0,
                                       others_failing=others_failing)
     reap_finished()
-    record.warnings = state.warnings
+    if hook in COMMITTING and not dry_run:
+        state.commit()
+    record.warnings = state.warnings + children.warnings
     record.duration = time.monotonic() - t0
     return record
 
@@ -129,7 +139,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
-            and not os.path.exists(state.path("actions-done")):
+            and not state.exists("actions-done"):
         return []                                   # the healthy fast path: no Slurm call
 
     from .actions import LEDGER, execute
@@ -183,11 +193,11 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
             state.save("spool", spool)
         drain = _drain_record(drain, results, findings, node)
         if hook_failure and any(r.action.kind == "drain" and r.outcome in ("done", "skipped") for r in results):
-            os.unlink(state.path("hook-failure"))      # the precise reason is in place (or moot)
-        if drain or os.path.exists(state.path("drain")):
+            state.delete("hook-failure")      # the precise reason is in place (or moot)
+        if drain or state.exists("drain"):
             state.save("drain", drain)
         reboot = _reboot_record(reboot, results)
-        if reboot or os.path.exists(state.path("reboot")):
+        if reboot or state.exists("reboot"):
             state.save("reboot", reboot)
     return results
 
@@ -458,6 +468,8 @@ def _metrics(cfg, record: RunRecord) -> None:
     # directory there is nothing to keep, and a healthy run writes no state for it.
     if not cfg.prometheus_textfile_dir or not os.path.isdir(cfg.prometheus_textfile_dir):
         return
+    if record.dry_run or record.hook not in COMMITTING:
+        return         # a look or a dry run is not what happened on the node
     from .state import StateStore
     state = StateStore(state_dir(cfg, record.node))
     saved = state.load("metrics")

@@ -25,8 +25,12 @@ def nvml(tmp_path):
         kernel = KernelLog(tmp_path / "kmsg")
 
         def configure(self, **gpu_cfg):
+            # Real health checks that only report: a look (`check`) keeps no state, and
+            # these scenarios span runs (counters, the inventory, the kernel-log cursor).
             doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
-                   "node_name": "gpunode", "kernel_log": str(self.kernel), "gpu": {"enabled": "true", "timeout": 2, **gpu_cfg}}
+                   "node_name": "gpunode", "kernel_log": str(self.kernel), "actions": {"report_only": True},
+                   "filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"enabled": False},
+                   "gpu": {"enabled": "true", "timeout": 2, **gpu_cfg}}
             self.config.write_text(yaml.safe_dump(doc))
 
         def run(self, scenario=None):
@@ -34,10 +38,11 @@ def nvml(tmp_path):
             path.write_text(json.dumps(scenario if scenario is not None else self.scenario))
             env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(path), "PATH": "/usr/bin:/bin"}
             t0 = time.monotonic()
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "check", "gpu", "--json"],
+            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "healthcheck", "--json"],
                                capture_output=True, text=True, timeout=60, env=env)
             assert r.returncode in (0, 1), r.stderr
             rec = json.loads(r.stdout)
+            rec["checks"] = [c for c in rec["checks"] if c["name"] == "gpu"]
             rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
             rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
             rec["bad"] = [f for f in rec["findings"] if f["severity"] != "ok"]
@@ -252,7 +257,11 @@ def hook_run(nvml, hook, scenario, gpus="1,2", **more_env):
            "SLURMD_NODENAME": "gpunode", **more_env}
     if gpus is not None:
         env["SLURM_JOB_GPUS"] = gpus
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(nvml.config), hook, "--dry-run", "--json"],
+    doc = yaml.safe_load(nvml.config.read_text())
+    doc.pop("actions")                  # a hook's dry run: what it would do, not report-only
+    config = nvml.config.parent / "hook.yaml"
+    config.write_text(yaml.safe_dump(doc))
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(config), hook, "--dry-run", "--json"],
                        capture_output=True, text=True, timeout=60, env=env)
     rec = json.loads(r.stdout)
     rec["rc"] = r.returncode

@@ -34,8 +34,11 @@ def stuck_check(tmp_path):
         kernel = KernelLog(tmp_path / "kmsg")
 
         def configure(self, **stuck):
+            # Real health checks that only report: a look (`check`) keeps no state, and
+            # the grace spans runs.
             doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
                    "node_name": "testnode", "kernel_log": str(self.kernel), "filesystems": [{"path": str(tmp_path)}],
+                   "actions": {"report_only": True}, "gpu": {"enabled": "false"},
                    "stuck_tasks": {"grace": 1, "sample_window": 0.3, "non_job_tasks": "drain", **stuck}}
             self.config.write_text(yaml.safe_dump(doc))
 
@@ -47,10 +50,11 @@ def stuck_check(tmp_path):
 
         def run(self):
             t0 = time.monotonic()
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "check", "stuck_tasks", "--json"],
+            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "healthcheck", "--json"],
                                capture_output=True, text=True, timeout=60)
             assert r.returncode in (0, 1), r.stderr
             rec = json.loads(r.stdout)
+            rec["checks"] = [c for c in rec["checks"] if c["name"] == "stuck_tasks"]
             rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
             rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
             return rec

@@ -246,6 +246,10 @@ class GpuCheck:
         cached = ctx.state.load("gres")
         if cached and time.time() - float(cached.get("at", 0)) < GRES_TTL:
             return cached.get("gpus")
+        if ctx.hook == "check":
+            ctx.notes.append("gpu count not checked against Slurm's Gres (check asks Slurm nothing; "
+                             "set gpu.count, or a health check learns it)")
+            return None
         from ..slurm import Slurm, SlurmError
         try:
             info = Slurm(ctx.config.slurm).show_node(ctx.node)
