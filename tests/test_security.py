@@ -407,8 +407,10 @@ def test_reading_a_stuck_tasks_memory_never_touches_a_users_file_pages(mallory, 
     p = mallory.python(MEM_ATTACK, own.path, sys_hung.path, own.pid, ready)
     poll(lambda: ready.exists() or p.poll() is not None, 10, what="attack ready")
     assert p.poll() is None
-    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 1})
-    run = lambda: json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)  # noqa: E731
+    # Real runs that only report: the grace spans runs, and a look keeps no state.
+    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 1},
+                       actions={"report_only": True})
+    run = lambda: json.loads(slurm_hooks(config, "healthcheck", "--json").stdout)  # noqa: E731
     for _ in range(6):
         out = run()
         found = [f for c in out["checks"] for f in c["findings"]
@@ -460,10 +462,11 @@ def test_a_huge_environment_is_read_only_so_far(mallory, sys_hung, tmp_path):
     stat = open(f"/proc/{p.pid}/stat").read()
     env_start, env_end = (int(x) for x in stat[stat.rfind(")") + 2:].split()[47:49])
     assert env_end - env_start == 1 << 30
-    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 2})
+    config = configure(tmp_path, stuck_tasks={"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 2},
+                       actions={"report_only": True})
     for _ in range(6):
         t0 = time.monotonic()
-        out = json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)
+        out = json.loads(slurm_hooks(config, "healthcheck", "--json").stdout)
         took = time.monotonic() - t0
         found = [f for c in out["checks"] for f in c["findings"]
                  if f["evidence"].get("pid") == p.pid and f["status"] == "stuck"]
@@ -543,14 +546,14 @@ def test_metrics_are_never_written_through_a_users_directory_or_link(mallory, tm
     for directory in (shared, theirs):
         config = configure(tmp_path, prometheus_textfile_dir=str(directory), filesystems=[
             {"path": str(tmp_path)}], stuck_tasks={"enabled": False})
-        rec = healthcheck(config, "--dry-run")
+        rec = healthcheck(config)
         assert [w for w in rec["warnings"] if "not written" in w and str(directory) in w], rec["warnings"]
         assert not (directory / "slurm_hooks_n1.prom").exists()
     assert victim.read_text() == "precious\n"
     ours = tmp_path / "ours"
     ours.mkdir(mode=0o755)
     config = configure(tmp_path, prometheus_textfile_dir=str(ours), stuck_tasks={"enabled": False})
-    healthcheck(config, "--dry-run")
+    healthcheck(config)
     assert (ours / "slurm_hooks_n1.prom").read_text().startswith("# HELP")
     assert [p.name for p in ours.iterdir()] == ["slurm_hooks_n1.prom"]
 
