@@ -101,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             return _config_command(args)
         cfg = _load_config(args.config)
     except ConfigError as e:
-        if args.command in ("prolog", "epilog"):
+        if args.command in ("prolog", "epilog", "healthcheck"):
             from .hooks import config_error
-            return config_error(args.command, e)
+            # The same as slurmd's own programs: journalled, nothing acted on.
+            from .config import config_path
+            code = config_error(args.command, e, config_path(args.config))
+            return EXIT_USAGE if args.command == "healthcheck" else code
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
     if args.command in ("prolog", "epilog"):
@@ -143,13 +146,10 @@ def _check(cfg, args) -> int:
 
 
 def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
-    import os
     from . import engine, report
-    from .lock import Busy, HookLock
-    node = engine.node_name(cfg)
+    from .lock import Busy
     try:
-        with HookLock(os.path.join(engine.state_dir(cfg, node), "healthcheck.lock"), cfg.policy.lock_timeout):
-            record = engine.run(cfg, "healthcheck", act=True, dry_run=dry_run)
+        record = engine.run_locked(cfg, "healthcheck", cfg.policy.lock_timeout, act=True, dry_run=dry_run)
     except Busy as e:
         print(f"slurm-hooks healthcheck: {e}; not checking this time", file=sys.stderr)
         return EXIT_OK
@@ -208,7 +208,7 @@ def healthcheck_main() -> int:
         cfg = config.load(config.config_path(None))
     except ConfigError as e:
         from .hooks import config_error
-        config_error("healthcheck", e)      # logged; nothing drained for our own mistake
+        config_error("healthcheck", e, config.config_path(None))   # nothing drained for our own mistake
         return EXIT_USAGE
     return _healthcheck(cfg, dry_run=False)
 
@@ -220,7 +220,7 @@ def _hook_main(hook: str) -> int:
     try:
         cfg = config.load(config.config_path(None))
     except ConfigError as e:
-        return config_error(hook, e)
+        return config_error(hook, e, config.config_path(None))
     return run_hook(cfg, hook)
 
 

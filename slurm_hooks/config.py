@@ -358,6 +358,9 @@ class Config:
 
     # Where this configuration came from, for reports; not a setting.
     source: str = field(default="built-in defaults", metadata={"internal": True})
+    # Why the validated configuration could not be cached (errors.py: our own local
+    # failure, reported by the run), else "".
+    cache_error: str = field(default="", metadata={"internal": True})
 
 
 def config_path(explicit: str | None) -> str | None:
@@ -368,6 +371,22 @@ def config_path(explicit: str | None) -> str | None:
     if env:
         return env
     return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+def journal_of(path: str | None) -> str:
+    """The journal a broken configuration file names, if it names one plainly (an
+    absolute path at the top level), else the default: where its error is journalled."""
+    default = Config.journal
+    if not path:
+        return default
+    try:
+        import yaml
+        with open(path, "rb") as f:
+            doc = yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except Exception:       # unreadable or not YAML: the default it is
+        return default
+    value = doc.get("journal") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) and value.startswith("/") else default
 
 
 def load(path: str | None, cache_dir: str | None = CACHE_DIR) -> Config:
@@ -431,7 +450,8 @@ def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None
         with open(tmp, "w") as f:
             json.dump({"key": key, "config": asdict(cfg)}, f)
         os.replace(tmp, target)
-    except OSError:
+    except OSError as e:
+        cfg.cache_error = f"configuration cache {cache_dir}: {e.strerror or e}"
         try:
             os.unlink(tmp)
         except OSError:

@@ -33,6 +33,9 @@ class RunRecord:
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
     job: str | None = None         # the job a prolog or epilog ran for
+    # slurm-hooks' own local failures (errors.py): state, journal, lock, metrics, config
+    # cache. Never a finding about the node: they drain nothing and fail no job.
+    local_errors: list[str] = field(default_factory=list)
 
     @property
     def findings(self) -> list[Finding]:
@@ -40,7 +43,9 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        return STATUS_OF[worst(f.severity for f in self.findings)]
+        status = STATUS_OF[worst(f.severity for f in self.findings)]
+        # Our own failure is reported as a warning of the run itself, never as more.
+        return WARNING if status == HEALTHY and self.local_errors else status
 
     def exit_code(self) -> int:
         return 1 if self.status == UNHEALTHY else 0
@@ -53,7 +58,7 @@ class RunRecord:
             "config": self.config, "dry_run": self.dry_run, "job": self.job,
             "checks": [c.to_json() for c in self.checks],
             "actions": [a.to_json() for a in self.actions],
-            "notes": self.notes, "warnings": self.warnings,
+            "notes": self.notes, "warnings": self.warnings, "local_errors": self.local_errors,
         }
 
 
@@ -68,6 +73,23 @@ def node_name(cfg) -> str:
 def state_dir(cfg, node: str) -> str:
     # One directory per node name: several slurmd (-N) on one host keep apart.
     return os.path.join(cfg.state_dir, node)
+
+
+def run_locked(cfg, hook: str, lock_timeout: float, **kw) -> RunRecord:
+    """run() under the hook's lock on this node. Raises lock.Busy when another run
+    holds it; an unusable lock file is our own local failure: run anyway, report it."""
+    from .lock import HookLock, LockError
+    lock = HookLock(os.path.join(state_dir(cfg, node_name(cfg)), f"{hook}.lock"), lock_timeout)
+    try:
+        lock.__enter__()
+    except LockError as e:
+        record = run(cfg, hook, **kw)
+        record.local_errors.insert(0, str(e))
+        return record
+    try:
+        return run(cfg, hook, **kw)
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
@@ -106,6 +128,9 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     if hook in COMMITTING and not dry_run:
         state.commit()
     record.warnings = state.warnings + children.warnings
+    record.local_errors = state.errors + children.errors
+    if cfg.cache_error:
+        record.local_errors.append(cfg.cache_error)
     record.duration = time.monotonic() - t0
     return record
 
@@ -454,13 +479,16 @@ def record_run(cfg, record: RunRecord) -> None:
                     run_job=record.job) for r in record.actions]
     err = append(cfg.journal, run, *actions, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
     if err:
-        record.warnings.append(err)
+        record.local_errors.append(err)
+    _metrics(cfg, record)
     if cfg.syslog and (record.status != HEALTHY or record.actions):
         # Healthy runs without actions stay in the journal: every node every interval
         # at debug level would only crowd syslog.
         from .syslog import lines_for, send
         send(lines_for(record), cfg.syslog_socket, cfg.syslog_facility)
-    _metrics(cfg, record)
+    if record.local_errors:
+        from .errors import report_local
+        report_local(cfg, record.hook, record.local_errors)
 
 
 def _metrics(cfg, record: RunRecord) -> None:
@@ -472,6 +500,13 @@ def _metrics(cfg, record: RunRecord) -> None:
         return         # a look or a dry run is not what happened on the node
     from .state import StateStore
     state = StateStore(state_dir(cfg, record.node))
+    try:
+        _write_metrics(cfg, record, state)
+    finally:
+        record.local_errors += [e for e in state.errors if e not in record.local_errors]
+
+
+def _write_metrics(cfg, record: RunRecord, state) -> None:
     saved = state.load("metrics")
     counters = saved.get("actions", {})
     last_success = dict(saved.get("last_success", {}))
@@ -489,4 +524,4 @@ def _metrics(cfg, record: RunRecord) -> None:
                     render(record, counters, last_success.get(record.hook),
                            drained=state.load("drain").get("reason")))
         if err:
-            record.warnings.append(err)
+            record.local_errors.append(err)

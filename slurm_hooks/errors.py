@@ -13,3 +13,13 @@ from __future__ import annotations
 
 class LocalError(Exception):
     """slurm-hooks' own local I/O failed; str() names the file and the cause."""
+
+
+def report_local(cfg, hook: str, errors: list[str]) -> None:
+    """stderr (slurmd logs it) and syslog (the journal may be what failed)."""
+    import sys
+    from .syslog import ERR, send
+    for e in errors:
+        print(f"slurm-hooks {hook}: local failure: {e}", file=sys.stderr)
+    if cfg.syslog:
+        send([(ERR, f"{hook}: local failure: {e}") for e in errors], cfg.syslog_socket, cfg.syslog_facility)

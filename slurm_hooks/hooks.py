@@ -67,17 +67,27 @@ class JobInfo:
 
 
 def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
+    """The prolog or epilog. Our own local failure (state, journal, lock, metrics,
+    configuration cache: errors.py) never fails the job: reported, then exit 0."""
+    from .errors import LocalError, report_local
+    try:
+        return _run_hook(cfg, hook, dry_run, as_json)
+    except (LocalError, OSError) as e:
+        report_local(cfg, hook, [f"{e}; no job held up"])
+        return 0
+
+
+def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
     from . import report
-    from .lock import Busy, HookLock
+    from .lock import Busy
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
         return 0
     node = engine.node_name(cfg)
     job = JobInfo.from_env(os.environ)
     try:
-        with HookLock(os.path.join(engine.state_dir(cfg, node), f"{hook}.lock"), hook_cfg.lock_timeout):
-            record = engine.run(cfg, hook, names=CHECKS[hook], act=True, dry_run=dry_run, job=job,
-                                fs_timeout=hook_cfg.fs_timeout)
+        record = engine.run_locked(cfg, hook, hook_cfg.lock_timeout, names=CHECKS[hook], act=True,
+                                   dry_run=dry_run, job=job, fs_timeout=hook_cfg.fs_timeout)
     except Busy as e:
         print(f"slurm-hooks {hook}: {e}; not checking this time", file=sys.stderr)
         return 0
@@ -110,6 +120,7 @@ def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
                                 "job": job.id if job else None, "replaces": GENERIC[hook]})
     state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
                          "passes": 0, "at": time.time()})
+    record.local_errors += state.errors
     if hook == "prolog" or drain.outcome not in ("done", "skipped"):
         spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
 
@@ -136,13 +147,23 @@ def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None
             pass
 
 
-def config_error(hook: str, error) -> int:
-    """A hook that cannot read its configuration checks nothing and fails nothing."""
+def config_error(hook: str, error, path: str | None = None) -> int:
+    """A hook that cannot read its configuration checks nothing and fails nothing: said
+    on stderr (slurmd logs it), in syslog and in the default journal. Exit status 0 for
+    the prolog and epilog (no job held up); the health check's caller returns 2."""
     from . import journal
-    from .config import Config
-    print(f"slurm-hooks {hook}: configuration error, no checks run, the job is not held up:\n{error}",
-          file=sys.stderr)
-    journal.append(Config().journal, {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hook": hook,
-                                      "node": os.environ.get("SLURMD_NODENAME"), "status": "config_error",
-                                      "error": str(error)})
+    from .config import Config, journal_of
+    from .errors import report_local
+    from .syslog import ERR, send
+    consequence = ("no checks run, nothing drained or resumed" if hook == "healthcheck"
+                   else "no checks run, the job is not held up")
+    print(f"slurm-hooks {hook}: configuration error, {consequence}:\n{error}", file=sys.stderr)
+    defaults = Config()
+    send([(ERR, f"{hook}: configuration error, {consequence}: {error}")], defaults.syslog_socket,
+         defaults.syslog_facility)
+    err = journal.append(journal_of(path), {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hook": hook,
+                                            "node": os.environ.get("SLURMD_NODENAME"),
+                                            "status": "config_error", "error": str(error)})
+    if err:
+        report_local(defaults, hook, [err])
     return 0

@@ -10,9 +10,16 @@ import fcntl
 import os
 import time
 
+from .errors import LocalError
+
 
 class Busy(Exception):
     """Another instance holds the lock; str() says which."""
+
+
+class LockError(LocalError):
+    """The lock file cannot be used at all (its directory is missing or read-only):
+    our own local failure. The run goes on without it and reports it."""
 
 
 class HookLock:
@@ -22,8 +29,11 @@ class HookLock:
         self.fd = -1
 
     def __enter__(self) -> "HookLock":
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as e:
+            raise LockError(f"lock {self.path}: {e.strerror or e}; running without it") from None
         deadline = time.monotonic() + self.timeout
         while True:
             try:
@@ -37,8 +47,11 @@ class HookLock:
                     raise Busy(f"another run (pid {holder}) still holds {self.path} after "
                                f"{self.timeout:g}s") from None
                 time.sleep(0.05)
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(self.fd, 0)
+            os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass          # the lock holds; only the holder's pid for the next message is lost
         return self
 
     def __exit__(self, *exc) -> None:

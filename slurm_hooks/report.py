@@ -16,6 +16,8 @@ def render(record) -> str:
         lines.append(f"note: {note}")
     for warning in record.warnings:
         lines.append(f"warning: {warning}")
+    for error in record.local_errors:
+        lines.append(f"slurm-hooks itself: {error}")
     for check in record.checks:
         for f in check.findings:
             lines.append(f"  {LABEL[f.severity]}  {f.summary}")

@@ -30,6 +30,7 @@ class StateStore:
         self.directory = directory
         self.staged = staged
         self.warnings: list[str] = []
+        self.errors: list[str] = []      # our own local failures (errors.py): reported, never raised
         self._made = False
         self._pending: dict[str, Optional[tuple[bytes, bool]]] = {}   # name -> (data, durable); None: delete
         self._corrupt: list[str] = []
@@ -58,7 +59,8 @@ class StateStore:
         except FileNotFoundError:
             return expect()
         except OSError as e:
-            raise StateError(f"state file {path}: {e.strerror or e}") from None
+            self._failed(f"state file {path} not readable: {e.strerror or e}; starting afresh")
+            return expect()
         try:
             value = json.loads(data)
             if not isinstance(value, expect):
@@ -81,33 +83,48 @@ class StateStore:
         except OSError as e2:
             return f"could not move it aside: {e2}"
 
-    def save(self, name: str, value: Any, durable: bool = True) -> None:
+    def _failed(self, message: str) -> None:
+        if message not in self.errors:
+            self.errors.append(message)
+
+    def save(self, name: str, value: Any, durable: bool = True) -> bool:
         """Atomically replace the file; durable=False skips the fsync, for state that
-        may be lost in a crash without harm (metrics). Staged: kept until commit()."""
+        may be lost in a crash without harm (metrics). Staged: kept until commit().
+        False when it could not be written (the reason is in `errors`)."""
         data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
         if self.staged:
             self._pending[name] = (data, durable)
-            return
-        self._write(name, data, durable)
+            return True
+        return self._guarded(self._write, name, data, durable)
 
-    def delete(self, name: str) -> None:
+    def delete(self, name: str) -> bool:
         if self.staged:
             self._pending[name] = None
-            return
-        self._unlink(name)
+            return True
+        return self._guarded(self._unlink, name)
 
-    def commit(self) -> None:
-        """Write what was staged (a real run's decisions); raises StateError."""
+    def commit(self) -> bool:
+        """Write what was staged (a real run's decisions); False if any of it failed."""
         for path in self._corrupt:
             if os.path.exists(path):
                 self._set_aside(path)
         self._corrupt = []
         pending, self._pending = self._pending, {}
+        ok = True
         for name, staged in pending.items():
             if staged is None:
-                self._unlink(name)
+                ok = self._guarded(self._unlink, name) and ok
             else:
-                self._write(name, *staged)
+                ok = self._guarded(self._write, name, *staged) and ok
+        return ok
+
+    def _guarded(self, op, *args) -> bool:
+        try:
+            op(*args)
+            return True
+        except StateError as e:
+            self._failed(str(e))
+            return False
 
     def _unlink(self, name: str) -> None:
         try:
@@ -115,7 +132,7 @@ class StateStore:
         except FileNotFoundError:
             pass
         except OSError as e:
-            raise StateError(f"state file {self.path(name)}: {e.strerror or e}") from None
+            raise StateError(f"state file {self.path(name)} not removed: {e.strerror or e}") from None
 
     def _write(self, name: str, data: bytes, durable: bool) -> None:
         path = self.path(name)
@@ -137,4 +154,4 @@ class StateStore:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise StateError(f"state file {path}: {e.strerror or e}") from None
+            raise StateError(f"state file {path} not written: {e.strerror or e}") from None

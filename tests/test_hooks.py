@@ -77,7 +77,8 @@ def test_state_store_sets_foreign_files_aside(tmp_path):
 
 def test_broken_config_fails_no_job(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("filesystems:\n  - path: /scratch\n    timeout: -3\n")
+    # The journal it names is where its own error goes (never the host's).
+    bad.write_text(f"journal: {tmp_path}/journal.jsonl\nfilesystems:\n  - path: /scratch\n    timeout: -3\n")
     env = {"SLURM_HOOKS_CONFIG": str(bad), "SLURMD_NODENAME": "n1", "SLURM_JOB_ID": "5"}
     for hook in ("prolog", "epilog"):
         r = subprocess.run([str(BIN / f"slurm-hooks-{hook}")], capture_output=True, text=True, timeout=30, env=env)
@@ -86,7 +87,7 @@ def test_broken_config_fails_no_job(tmp_path):
         assert "filesystems[0].timeout: must be > 0 seconds, got -3" in r.stderr
     r = subprocess.run([str(BIN / "slurm-hooks-healthcheck")], capture_output=True, text=True, timeout=30, env=env)
     assert r.returncode == 2 and "configuration error" in r.stderr
-    last = [json.loads(x) for x in open("/var/log/slurm-hooks/journal.jsonl").read().splitlines()[-3:]]
+    last = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert [(x["hook"], x["status"]) for x in last] == [("prolog", "config_error"), ("epilog", "config_error"),
                                                        ("healthcheck", "config_error")]
 
