@@ -23,12 +23,13 @@ from __future__ import annotations
 import re
 import time
 
-from .model import Action, ActionResult
+from .model import Action, ActionResult, Code, Outcome
 from .reason import one_line
 from .slurm import (REBOOT_STATES, OutOfTime, Slurm, SlurmError, SlurmUnavailable, foreign_states,
                     node_flags, node_is_drained, strip_reason_stamp)
 
-DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = "done", "dry-run", "skipped", "failed", "report-only"
+DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = (Outcome.DONE, Outcome.DRY_RUN, Outcome.SKIPPED, Outcome.FAILED,
+                                               Outcome.REPORT_ONLY)
 # What slurmctld writes when a hook fails or a task cannot be killed. slurm-hooks puts
 # its own precise reason in their place, but only when it knows the cause (its own
 # hook failed, or it diagnosed the task): never over an admin's words. Matched by
@@ -56,22 +57,26 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
         done_at = min((ledger[k]["done"] for k in action.keys if k in ledger), default=None)
         if done_at is not None:
             when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(done_at))
-            results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}"))
+            results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}",
+                                        code=Code.ALREADY_DONE))
             continue
         if report_only:
-            results.append(ActionResult(action, REPORT_ONLY, "report only (actions.report_only): not done"))
+            results.append(ActionResult(action, REPORT_ONLY, "report only (actions.report_only): not done",
+                                        code=Code.REPORT_ONLY))
             continue
         if dry_run:
-            results.append(ActionResult(action, DRY_RUN, "dry run: not done"))
+            results.append(ActionResult(action, DRY_RUN, "dry run: not done", code=Code.DRY_RUN))
             continue
         try:
             result = _apply(action, slurm, prefix)
         except OutOfTime as e:
-            result = ActionResult(action, FAILED, f"not done, left for the next run: {e}", retry=True)
+            result = ActionResult(action, FAILED, f"not done, left for the next run: {e}", retry=True,
+                                  code=Code.OUT_OF_TIME)
         except SlurmUnavailable as e:
-            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True)
+            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True,
+                                  code=Code.SLURM_UNREACHABLE)
         except SlurmError as e:
-            result = ActionResult(action, FAILED, f"scontrol refused: {e}")
+            result = ActionResult(action, FAILED, f"scontrol refused: {e}", code=Code.REFUSED)
         if result.outcome in (DONE, SKIPPED):
             now = time.time()
             for k in action.keys:
@@ -85,7 +90,7 @@ def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
         raise SlurmUnavailable("no Slurm backend")
     handler = _HANDLERS.get(action.kind)
     if handler is None:
-        return ActionResult(action, FAILED, f"unknown action {action.kind}")
+        return ActionResult(action, FAILED, f"unknown action {action.kind}", code=Code.UNKNOWN_ACTION)
     return handler(action, slurm, prefix)
 
 
@@ -93,7 +98,8 @@ def _node(action: Action, slurm: Slurm):
     """(info, reason without its stamp), or (None, failure) for an unknown node."""
     info = slurm.node_state(action.node)
     if info is None:
-        return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm")
+        return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm",
+                                  code=Code.UNKNOWN_NODE)
     return info, strip_reason_stamp(info.get("Reason", ""))
 
 
@@ -116,30 +122,34 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     if info is None:
         return current
     if action.replace_only and not node_is_drained(info):
-        return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace")
+        return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace",
+                            code=Code.NOTHING_TO_REPLACE)
     foreign = foreign_states(info)
     if foreign and set(foreign) <= set(REBOOT_STATES) and is_generic(current, action.replaces):
         # A reboot is pending and Slurm's generic reason went over the one it was
         # asked with: put the precise one back (a drain leaves the reboot pending).
         slurm.drain(action.node, action.reason)
-        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)")
+        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)",
+                            code=Code.REPLACED_GENERIC)
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
         if current.startswith(prefix):
             return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
-                                f"(reason: {current}); left as it is")
+                                f"(reason: {current}); left as it is", code=Code.ALREADY_OURS)
         return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "
-                            "by slurm-hooks: left alone, report only")
+                            "by slurm-hooks: left alone, report only", code=Code.FOREIGN_STATE)
     if node_is_drained(info):
         generic = is_generic(current, action.replaces)
         if not current.startswith(prefix) and not generic:
             return ActionResult(action, SKIPPED,
-                                f"already drained by someone else (reason: {current or 'none'}); left as it is")
+                                f"already drained by someone else (reason: {current or 'none'}); left as it is",
+                                code=Code.FOREIGN_DRAIN)
         if current == action.reason:
-            return ActionResult(action, SKIPPED, "already drained with this reason")
+            return ActionResult(action, SKIPPED, "already drained with this reason", code=Code.ALREADY_DRAINED)
         if generic:
             slurm.drain(action.node, action.reason)
-            return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}")
+            return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}",
+                                code=Code.REPLACED_GENERIC)
     slurm.drain(action.node, action.reason)
     return ActionResult(action, DONE)
 
@@ -151,22 +161,23 @@ def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
     if not current.startswith(prefix) and not after_reboot:
         if not node_is_drained(info) and not foreign_states(info):
-            return ActionResult(action, SKIPPED, "not drained")
+            return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
         return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
-                            "not ours to resume")
+                            "not ours to resume", code=Code.NOT_OURS)
     if after_reboot:
         # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
         slurm.resume(action.node)
-        return ActionResult(action, DONE, "back in service after its reboot: the health check passed")
+        return ActionResult(action, DONE, "back in service after its reboot: the health check passed",
+                            code=Code.AFTER_REBOOT)
     foreign = foreign_states(info)
     if any(s in foreign for s in REBOOT_STATES):
         return ActionResult(action, SKIPPED, f"a reboot is pending ({_state(info)}); the node comes back "
-                            "after it, once a health check passes")
+                            "after it, once a health check passes", code=Code.REBOOT_PENDING)
     if foreign:
         return ActionResult(action, SKIPPED, f"node is {_state(info)}, not by slurm-hooks: our drain is "
-                            "left in place, report only")
+                            "left in place, report only", code=Code.FOREIGN_STATE)
     if not node_is_drained(info):
-        return ActionResult(action, SKIPPED, "not drained")
+        return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
     slurm.undrain(action.node)
     return ActionResult(action, DONE)
 
@@ -196,11 +207,11 @@ def _refused(action: Action, info: dict) -> ActionResult | None:
     nodes = info.get("NodeList", "")
     if not contains(nodes, action.node):
         return ActionResult(action, SKIPPED, f"not acted on: Slurm says job {action.job} runs on "
-                            f"{nodes or 'no node'}, not on {action.node}")
+                            f"{nodes or 'no node'}, not on {action.node}", code=Code.NOT_ON_NODE)
     owner = job_uid(info)
     if action.uid is not None and owner != action.uid:
         return ActionResult(action, SKIPPED, f"not acted on: job {action.job} belongs to uid "
-                            f"{owner}, the diagnosed task to uid {action.uid}")
+                            f"{owner}, the diagnosed task to uid {action.uid}", code=Code.UID_MISMATCH)
     return None
 
 
@@ -208,7 +219,8 @@ def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict | None, ActionRes
     """(the id to act on, Slurm's record, a refusal or None)."""
     info = slurm.show_job(action.job)
     if info is None:
-        return action.job, None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm")
+        return action.job, None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm",
+                                                    code=Code.UNKNOWN_JOB)
     return job_address(info, action.job), info, _refused(action, info)
 
 
@@ -217,7 +229,8 @@ def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     if refused is not None:
         return refused
     if action.text in _admin_comment(info):
-        return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis")
+        return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis",
+                            code=Code.COMMENT_PRESENT)
     _append_comment(slurm, job, info, action.text)
     return ActionResult(action, DONE, f"on {job}" if job != action.job else "")
 
@@ -238,9 +251,9 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         return refused
     state = info.get("JobState", "")
     if state in TERMINAL:
-        return ActionResult(action, SKIPPED, f"job already ended ({state})")
+        return ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
     if state.startswith(("PENDING", "REQUEUE")):
-        return ActionResult(action, SKIPPED, f"job already back in the queue ({state})")
+        return ActionResult(action, SKIPPED, f"job already back in the queue ({state})", code=Code.JOB_QUEUED)
     why = None
     if info.get("Requeue") == "0":
         why = "requeue is disabled for this job (--no-requeue or JobRequeue=0)"
@@ -254,7 +267,7 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
             raise
         except SlurmError as e:
             if "pending execution" in str(e):   # requeued by someone already
-                return ActionResult(action, SKIPPED, f"job already requeued: {e}")
+                return ActionResult(action, SKIPPED, f"job already requeued: {e}", code=Code.JOB_QUEUED)
             why = f"scontrol requeue refused: {e}"
     return _fallback(action, slurm, prefix, job, info, why)
 
@@ -273,8 +286,8 @@ def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, w
         msg += f"; could not record it on the job: {e}"
     if cancel:
         slurm.cancel(job)
-        return ActionResult(action, DONE, msg)
-    return ActionResult(action, SKIPPED, msg)
+        return ActionResult(action, DONE, msg, code=Code.CANCELLED_INSTEAD)
+    return ActionResult(action, SKIPPED, msg, code=Code.NOT_REQUEUED)
 
 
 def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
@@ -283,7 +296,7 @@ def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         return refused
     state = info.get("JobState", "")
     if state in TERMINAL:
-        return ActionResult(action, SKIPPED, f"job already ended ({state})")
+        return ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
     slurm.cancel(job)
     return ActionResult(action, DONE)
 
@@ -294,19 +307,21 @@ def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         return current
     if not current.startswith(prefix):
         return ActionResult(action, SKIPPED, f"the node's reason is not ours ({current or 'none'}, "
-                            f"{_state(info)}): no reboot asked for")
+                            f"{_state(info)}): no reboot asked for", code=Code.NOT_OURS)
     if rebooted_by_us(info, current, prefix):
         return ActionResult(action, SKIPPED, "the fault survived a reboot: the node stays DOWN for a "
-                            "human, no second reboot (no boot loop)")
+                            "human, no second reboot (no boot loop)", code=Code.FAULT_SURVIVED_REBOOT)
     if any(s in node_flags(info) for s in REBOOT_STATES):
-        return ActionResult(action, SKIPPED, f"a reboot is already pending ({_state(info)})")
+        return ActionResult(action, SKIPPED, f"a reboot is already pending ({_state(info)})",
+                            code=Code.REBOOT_PENDING)
     try:
         slurm.reboot(action.node, action.reason)
     except SlurmUnavailable:
         raise
     except SlurmError as e:
         if "RebootProgram" in str(e):
-            return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)")
+            return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)",
+                                code=Code.NO_REBOOT_PROGRAM)
         raise
     return ActionResult(action, DONE, "reboot requested once the node is idle (nextstate=DOWN: back in "
                         "service when a health check after the boot passes)")

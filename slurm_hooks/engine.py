@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import __version__
 from .checks import Context, run_checks
-from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
+from .model import FAIL, OK, WARN, ActionResult, CheckRun, Code, Finding, Outcome, worst
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
@@ -201,7 +201,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     if resume is not None:
         actions.append(resume)
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
-    results = [ActionResult(a, "held", why) for a, why in held]
+    results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
     if held == [] and slurm is not None and hook == "healthcheck":
         # Only the health check re-reads the cluster: a prolog or epilog never reads the
@@ -217,7 +217,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
         if spool or spooled:
             state.save("spool", spool)
         drain = _drain_record(drain, results, findings, node)
-        if hook_failure and any(r.action.kind == "drain" and r.outcome in ("done", "skipped") for r in results):
+        if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
+                                for r in results):
             state.delete("hook-failure")      # the precise reason is in place (or moot)
         if drain or state.exists("drain"):
             state.save("drain", drain)
@@ -277,9 +278,9 @@ def _reboot_record(reboot: dict, results) -> dict:
     """Remember a reboot we asked for (to bring the node back after it); forget it once
     the node is resumed."""
     for r in results:
-        if r.action.kind == "reboot" and r.outcome == "done":
+        if r.action.kind == "reboot" and r.outcome == Outcome.DONE:
             return {"reason": r.action.reason, "at": time.time(), "passes": 0}
-        if r.action.kind == "resume" and r.outcome == "done":
+        if r.action.kind == "resume" and r.outcome == Outcome.DONE:
             return {}
     return reboot
 
@@ -297,14 +298,15 @@ def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) ->
     must not wait on slurmctld to ask."""
     drains = [a for a in actions if a.kind == "drain"]
     if report_only:
-        return [ActionResult(a, "report-only", "report only (actions.report_only): not done") for a in drains]
+        return [ActionResult(a, Outcome.REPORT_ONLY, "report only (actions.report_only): not done",
+                             code=Code.REPORT_ONLY) for a in drains]
     held = _cached_breaker(state)
     if drains and held:
-        return [ActionResult(a, "held", held) for a in drains]
+        return [ActionResult(a, Outcome.HELD, held, code=Code.BREAKER) for a in drains]
     if dry_run:
-        return [ActionResult(a, "dry-run", "dry run: not done") for a in drains]
-    return [ActionResult(a, "deferred", "left to Slurm (it drains the node when the prolog fails); "
-                         "the precise reason follows") for a in drains]
+        return [ActionResult(a, Outcome.DRY_RUN, "dry run: not done", code=Code.DRY_RUN) for a in drains]
+    return [ActionResult(a, Outcome.DEFERRED, "left to Slurm (it drains the node when the prolog fails); "
+                         "the precise reason follows", code=Code.LEFT_TO_SLURM) for a in drains]
 
 
 # The picture may take at most this share of what is left of the run's action time:
@@ -379,11 +381,10 @@ def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
     """Simultaneous health checks all pass the breaker's check, then all drain: after
     our own drain, read the cluster again and step back when beyond the limit in the
     breaker's stable order (breaker.py)."""
-    from .actions import DONE
     from .breaker import cluster_view, step_back
     from .slurm import SlurmError
     drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
-               and r.outcome == DONE and not r.action.replace_only]
+               and r.outcome == Outcome.DONE and not r.action.replace_only]
     if not drained:
         return results
     try:
@@ -395,7 +396,7 @@ def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
     if not why:
         return results
     state.save("breaker", {"open": True, "why": why, "at": time.time()})
-    return [ActionResult(r.action, "held", why) if r in drained else r for r in results]
+    return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
 
 
 def _identity(a) -> tuple:
@@ -438,15 +439,15 @@ def _drain_record(drain: dict, results, findings: list[Finding], node: str) -> d
     """Our local note of why we drained this node (for auto-resume)."""
     for r in results:
         a = r.action
-        if a.kind == "drain" and a.node == node and (r.outcome == "done" or r.message == "already drained with this reason"):
+        if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):
             failing = [f for f in findings if f.severity == FAIL]
             resumable = all(f.resumable for f in failing) and bool(failing)
             keep = drain if drain.get("reason") == a.reason else {}
             return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
                     "passes": 0, "at": keep.get("at", time.time())}
-        if a.kind == "drain" and "someone else" in r.message:
+        if a.kind == "drain" and r.code == Code.FOREIGN_DRAIN:
             return {}          # an admin's drain now: not ours to resume
-        if a.kind == "resume" and r.outcome in ("done", "skipped"):
+        if a.kind == "resume" and r.outcome in (Outcome.DONE, Outcome.SKIPPED):
             return {}
     return drain
 

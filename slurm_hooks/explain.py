@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import time
 
+from .model import Outcome
 from .reason import clean_text
+
+# The journal outcomes of a drain that took (or that Slurm took for a failed prolog).
+DRAINED = (Outcome.DONE.value, Outcome.DEFERRED.value)
 
 # Evidence worth showing per check, in this order.
 KEYS = {
@@ -57,7 +61,7 @@ def _when(t) -> str:
 def _deciding_run(runs: list[dict], reason: str) -> dict | None:
     for r in reversed(runs):
         for a in r.get("actions", []):
-            if a.get("kind") == "drain" and a.get("reason") == reason and a.get("outcome") in ("done", "deferred"):
+            if a.get("kind") == "drain" and a.get("reason") == reason and a.get("outcome") in DRAINED:
                 return r
     return None
 

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass
 
 from . import engine
-from .model import FAIL
+from .model import FAIL, Code, Outcome
 
 CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
 GENERIC = engine.GENERIC_FOR
@@ -95,7 +95,7 @@ def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
     drain = next((r for r in record.actions if r.action.kind == "drain"), None)
     if failed and cfg.actions.report_only:
         failed = False      # report only: no exit status that makes Slurm act
-    if failed and drain is not None and drain.outcome == "held":
+    if failed and drain is not None and drain.outcome == Outcome.HELD:
         failed = False      # the drain-storm breaker: report loudly, fail no job
     if failed and drain is not None and not dry_run:
         _after_failure(cfg, hook, node, job, record, drain)
@@ -103,8 +103,8 @@ def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
     print(report.render_json(record) if as_json else report.render(record))
     if not failed:
         return 0
-    if hook == "epilog" and drain is not None and drain.outcome in ("done", "skipped") \
-            and "someone else" not in drain.message:
+    if hook == "epilog" and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
+            and drain.code != Code.FOREIGN_DRAIN:
         return 0           # drained with the precise reason already: no generic one on top
     return 1
 
@@ -121,7 +121,7 @@ def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
     state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
                          "passes": 0, "at": time.time()})
     record.local_errors += state.errors
-    if hook == "prolog" or drain.outcome not in ("done", "skipped"):
+    if hook == "prolog" or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
         spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
 
 
@@ -130,7 +130,7 @@ def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None
     the precise reason in place of its generic one. No polling, no node list (Slurm's
     prolog/epilog guide). If Slurm has not drained the node by then, the next health
     check replaces the reason when it has (the hook-failure record stays)."""
-    from .actions import DONE, SKIPPED, execute
+    from .actions import execute
     from .model import Action
     from .slurm import Slurm
     from .state import StateStore
@@ -139,7 +139,7 @@ def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None
     slurm.deadline = time.monotonic() + cfg.actions.deadline
     action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
-    if result.outcome in (DONE, SKIPPED) and "nothing to replace" not in result.message:
+    if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:
         state = StateStore(engine.state_dir(cfg, node))
         try:
             os.unlink(state.path("hook-failure"))

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 
-from .model import FAIL, OK, WARN
+from .model import FAIL, OK, WARN, Outcome
 from .reason import clean_text
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
-VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would ", "held": "held back: would "}
+VERB = {Outcome.DONE: "", Outcome.DRY_RUN: "would ", Outcome.SKIPPED: "skipped: ", Outcome.FAILED: "would ",
+        Outcome.HELD: "held back: would "}
 
 
 def render(record) -> str:
@@ -30,7 +31,7 @@ def render(record) -> str:
         lines.append("actions:")
         for r in record.actions:
             verb = VERB.get(r.outcome, "")
-            msg = f" ({r.message})" if r.message and r.outcome != "dry-run" else ""
+            msg = f" ({r.message})" if r.message and r.outcome != Outcome.DRY_RUN else ""
             lines.append(f"  {verb}{r.action.describe()}{msg}")
     lines.append(f"result: {record.status.upper()} in {record.duration:.2f}s")
     return clean_text("\n".join(lines))

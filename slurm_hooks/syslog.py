@@ -35,12 +35,13 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
 
 def lines_for(record) -> list[tuple[int, str]]:
     """The syslog lines of a run: its verdict, then each action."""
+    from .model import Outcome
     bad = [f for f in record.findings if f.severity != "ok"]
     severity = {"healthy": INFO, "warning": WARNING, "unhealthy": WARNING}[record.status]
     what = "; ".join(f.summary for f in bad[:5]) or "all checks passed"
     job = f" job {record.job}" if record.job else ""
     out = [(severity, f"{record.hook} {record.node}{job} {record.status}: {what}")]
     for r in record.actions:
-        level = ERR if r.outcome == "failed" else (WARNING if r.outcome == "held" else NOTICE)
+        level = ERR if r.outcome == Outcome.FAILED else (WARNING if r.outcome == Outcome.HELD else NOTICE)
         out.append((level, f"{r.outcome}: {r.action.describe()}" + (f" ({r.message})" if r.message else "")))
     return out

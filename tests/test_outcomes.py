@@ -1,0 +1,54 @@
+"""Decisions read codes, never message text: every action result carries an Outcome
+and a machine-readable Code, the journal records both, and the README's data model
+lists them all."""
+from __future__ import annotations
+
+import re
+
+from helpers import ROOT
+from slurm_hooks import engine
+from slurm_hooks.model import Action, ActionResult, Code, Finding, Outcome
+
+
+def _drain(node="n1", reason="slurm-hooks: fs /x hung"):
+    return Action("drain", node=node, reason=reason)
+
+
+def test_drain_record_follows_codes_not_messages():
+    failing = [Finding("filesystem", "/x", "hung", "fail", "fs /x hung")]
+    ours = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 3, "at": 1.0}
+    # An admin's drain in place of ours: not ours to resume, whatever the words say.
+    foreign = ActionResult(_drain(), Outcome.SKIPPED, "reworded by a translator", code=Code.FOREIGN_DRAIN)
+    assert engine._drain_record(ours, [foreign], failing, "n1") == {}
+    # Drained by us with this very reason already: our record stands, its count restarts.
+    same = ActionResult(_drain(), Outcome.SKIPPED, "", code=Code.ALREADY_DRAINED)
+    kept = engine._drain_record(ours, [same], failing, "n1")
+    assert kept["reason"] == ours["reason"] and kept["passes"] == 0 and kept["at"] == 1.0
+    # A message that once meant something decides nothing without its code.
+    words = ActionResult(_drain(), Outcome.SKIPPED, "already drained by someone else (reason: x)",
+                         code=Code.FOREIGN_STATE)
+    assert engine._drain_record(ours, [words], failing, "n1") == ours
+
+
+def test_journal_lines_carry_outcome_and_code():
+    r = ActionResult(_drain(), "held", "drain-storm breaker open", code="breaker")
+    assert r.outcome is Outcome.HELD and r.code is Code.BREAKER
+    line = r.to_json()
+    assert (line["outcome"], line["code"]) == ("held", "breaker")
+    assert type(line["outcome"]) is str and type(line["code"]) is str
+
+
+def test_readme_data_model_lists_every_outcome_and_code():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("### Data model", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z_-]*)`", section))
+    assert {o.value for o in Outcome} <= listed, {o.value for o in Outcome} - listed
+    assert {c.value for c in Code if c.value} <= listed, {c.value for c in Code if c.value} - listed
+
+
+def test_no_decision_reads_a_message():
+    """No module compares or searches an action's message."""
+    pattern = re.compile(r"\.message\s*(==|!=)|in\s+\w+\.message|\.message\.(startswith|endswith)")
+    offenders = [f"{p.relative_to(ROOT)}:{i}" for p in (ROOT / "slurm_hooks").rglob("*.py")
+                 for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert offenders == []
