@@ -24,28 +24,28 @@ import re
 import time
 
 from .model import Action, ActionResult, Code, Outcome
-from .reason import one_line
-from .slurm import (REBOOT_STATES, OutOfTime, Slurm, SlurmError, SlurmUnavailable, foreign_states,
-                    node_flags, node_is_drained, strip_reason_stamp)
+from .reason import is_generic, one_line
+from .slurm import (
+    REBOOT_STATES,
+    OutOfTime,
+    Slurm,
+    SlurmError,
+    SlurmUnavailable,
+    foreign_states,
+    node_flags,
+    node_is_drained,
+    strip_reason_stamp,
+)
 
 DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = (Outcome.DONE, Outcome.DRY_RUN, Outcome.SKIPPED, Outcome.FAILED,
                                                Outcome.REPORT_ONLY)
-# What slurmctld writes when a hook fails or a task cannot be killed. slurm-hooks puts
-# its own precise reason in their place, but only when it knows the cause (its own
-# hook failed, or it diagnosed the task): never over an admin's words. Matched by
-# prefix: from Slurm 25.05 on the last one reads `Kill task failed (JobId=N StepId=S)`.
-GENERIC_REASONS = ("Prolog error", "Epilog error", "Kill task failed")
+
 # What Slurm appends to the reason of a node that came back from a reboot asked for
 # with nextstate=DOWN.
 REBOOT_COMPLETE = "reboot complete"
 LEDGER = "actions-done"
 TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
-
-
-def is_generic(reason: str, generic: str) -> bool:
-    """Is `reason` one of Slurm's generic reasons among `generic` ("A|B")?"""
-    return any(g and reason.startswith(g) for g in generic.split("|"))
 
 
 def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool,

@@ -14,7 +14,6 @@ EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
 
 def _config_option(parser, default) -> None:
-    import argparse
     parser.add_argument("-c", "--config", metavar="FILE", default=default,
                         help="configuration file (default: $SLURM_HOOKS_CONFIG, else "
                         "/etc/slurm-hooks/slurm-hooks.yaml if present, else built-in defaults)")
@@ -102,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg = _load_config(args.config)
     except ConfigError as e:
         if args.command in ("prolog", "epilog", "healthcheck"):
-            from .hooks import config_error
             # The same as slurmd's own programs: journalled, nothing acted on.
             from .config import config_path
+            from .hooks import config_error
             code = config_error(args.command, e, config_path(args.config))
             return EXIT_USAGE if args.command == "healthcheck" else code
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
@@ -146,20 +145,21 @@ def _check(cfg, args) -> int:
 
 
 def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
-    from . import engine, report
+    from . import engine, report, sinks
     from .lock import Busy
     try:
         record = engine.run_locked(cfg, "healthcheck", cfg.policy.lock_timeout, act=True, dry_run=dry_run)
     except Busy as e:
         print(f"slurm-hooks healthcheck: {e}; not checking this time", file=sys.stderr)
         return EXIT_OK
-    engine.record_run(cfg, record)
+    sinks.record_run(cfg, record)
     print(report.render_json(record) if as_json else report.render(record))
     return record.exit_code()
 
 
 def _status(cfg, as_json: bool) -> int:
     import json
+
     from .slurm import Slurm, SlurmError
     from .status import collect, render
     try:

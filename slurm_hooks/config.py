@@ -579,7 +579,7 @@ class _Validator:
         from .hostlist import HostlistError, expand
         if item is None:
             return []
-        yaml, (knode, node) = self.yaml, item
+        yaml, (_, node) = self.yaml, item
         if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
             return []
         if not isinstance(node, yaml.SequenceNode):

@@ -18,6 +18,7 @@ class LocalError(Exception):
 def report_local(cfg, hook: str, errors: list[str]) -> None:
     """stderr (slurmd logs it) and syslog (the journal may be what failed)."""
     import sys
+
     from .syslog import ERR, send
     for e in errors:
         print(f"slurm-hooks {hook}: local failure: {e}", file=sys.stderr)

@@ -35,9 +35,10 @@ from dataclasses import dataclass
 
 from . import engine
 from .model import FAIL, Code, Outcome
+from .reason import GENERIC_FOR
 
 CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
-GENERIC = engine.GENERIC_FOR
+GENERIC = GENERIC_FOR
 
 
 @dataclass
@@ -78,7 +79,7 @@ def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> in
 
 
 def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
-    from . import report
+    from . import report, sinks
     from .lock import Busy
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
@@ -99,7 +100,7 @@ def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
         failed = False      # the drain-storm breaker: report loudly, fail no job
     if failed and drain is not None and not dry_run:
         _after_failure(cfg, hook, node, job, record, drain)
-    engine.record_run(cfg, record)
+    sinks.record_run(cfg, record)
     print(report.render_json(record) if as_json else report.render(record))
     if not failed:
         return 0

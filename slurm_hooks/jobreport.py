@@ -32,7 +32,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import procfs
-from .checks.stuck_tasks import read_task_memory, rank_from, syscall_of
+from .checks.stuck_tasks import rank_from, read_task_memory, syscall_of
 from .jobs import JobRef, from_cgroup
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable

@@ -100,3 +100,20 @@ def shorten_path(path: str, limit: int = 80) -> str:
         return path
     half = (limit - 1) // 2
     return path[:half] + "…" + path[-(limit - 1 - half):]
+
+
+# Slurm's generic reasons: what slurmctld writes when a hook fails or a task cannot be
+# killed. slurm-hooks puts its own precise reason in their place, but only when it
+# knows the cause (its own hook failed, or it diagnosed the task): never over an
+# admin's words. Matched by prefix: from Slurm 25.05 on the last one reads
+# `Kill task failed (JobId=N StepId=S)`.
+PROLOG_ERROR, EPILOG_ERROR, KILL_TASK_FAILED = "Prolog error", "Epilog error", "Kill task failed"
+GENERIC_REASONS = (PROLOG_ERROR, EPILOG_ERROR, KILL_TASK_FAILED)
+# The generic reasons a hook's own failure leaves ("A|B"), which our precise one may replace.
+GENERIC_FOR = {"healthcheck": KILL_TASK_FAILED, "epilog": f"{EPILOG_ERROR}|{KILL_TASK_FAILED}",
+               "prolog": PROLOG_ERROR, "check": ""}
+
+
+def is_generic(reason: str, generic: str) -> bool:
+    """Is `reason` one of Slurm's generic reasons among `generic` ("A|B")?"""
+    return any(g and reason.startswith(g) for g in generic.split("|"))

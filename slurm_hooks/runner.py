@@ -32,6 +32,7 @@ import select
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from .state import StateStore
 

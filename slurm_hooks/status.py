@@ -141,7 +141,7 @@ def render(st: Status) -> str:
                 what = "requeued" if j["requeued"] else "diagnosed"
                 lines.append(f"    {'':<12} {'':>5}      job {j['job']} {what} ({j['state']}, restarts {j['restarts']})")
     if st.drained_by_others:
-        lines.append(f"  out of service by others (left alone): "
+        lines.append("  out of service by others (left alone): "
                      + ", ".join(f"{o['node']} {o['state']} ({o['reason'] or 'no reason'})"
                                  for o in st.drained_by_others))
     return "\n".join(lines)

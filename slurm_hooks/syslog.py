@@ -15,6 +15,7 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
     if not lines:
         return
     import socket
+
     from .reason import one_line
     try:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

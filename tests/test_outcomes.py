@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from helpers import ROOT
-from slurm_hooks import engine
+from slurm_hooks import actuation
 from slurm_hooks.model import Action, ActionResult, Code, Finding, Outcome
 
 
@@ -19,15 +19,15 @@ def test_drain_record_follows_codes_not_messages():
     ours = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 3, "at": 1.0}
     # An admin's drain in place of ours: not ours to resume, whatever the words say.
     foreign = ActionResult(_drain(), Outcome.SKIPPED, "reworded by a translator", code=Code.FOREIGN_DRAIN)
-    assert engine._drain_record(ours, [foreign], failing, "n1") == {}
+    assert actuation.drain_record(ours, [foreign], failing, "n1") == {}
     # Drained by us with this very reason already: our record stands, its count restarts.
     same = ActionResult(_drain(), Outcome.SKIPPED, "", code=Code.ALREADY_DRAINED)
-    kept = engine._drain_record(ours, [same], failing, "n1")
+    kept = actuation.drain_record(ours, [same], failing, "n1")
     assert kept["reason"] == ours["reason"] and kept["passes"] == 0 and kept["at"] == 1.0
     # A message that once meant something decides nothing without its code.
     words = ActionResult(_drain(), Outcome.SKIPPED, "already drained by someone else (reason: x)",
                          code=Code.FOREIGN_STATE)
-    assert engine._drain_record(ours, [words], failing, "n1") == ours
+    assert actuation.drain_record(ours, [words], failing, "n1") == ours
 
 
 def test_journal_lines_carry_outcome_and_code():

@@ -60,13 +60,13 @@ def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
 
 def test_ledger_survives_an_incident_missing_for_a_while():
     import time
-    from slurm_hooks.engine import LEDGER_KEEP, _refresh_ledger
+    from slurm_hooks.actuation import LEDGER_KEEP, refresh_ledger
     now = time.time()
     ledger = {"requeue:12:n1:345:100": {"done": now - 60, "seen": now - 60},
               "requeue:13:n1:346:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
               "reboot:n1:n1:347:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
               "garbage": 1.5}
-    out = _refresh_ledger(ledger, [stuck("14", 347)])
+    out = refresh_ledger(ledger, [stuck("14", 347)])
     assert set(out) == {"requeue:12:n1:345:100", "reboot:n1:n1:347:100"}
     assert out["reboot:n1:n1:347:100"]["seen"] >= now      # still named: refreshed
 
@@ -127,12 +127,12 @@ def test_breaker_limits_and_names_a_global_outage():
 def test_spool_merge_keeps_order_and_does_each_action_once():
     import time
     from dataclasses import asdict
-    from slurm_hooks.engine import _merge_spool
+    from slurm_hooks.actuation import merge_spool
     old_drain = Action("drain", node="n1", reason="slurm-hooks: fs /x hung")
     comment = Action("comment", node="n1", job="7", text="t", incident="n1:5:6")
     spooled = [{"action": asdict(old_drain), "at": time.time() - 10},
                {"action": asdict(comment), "at": time.time() - 10},
                {"action": asdict(Action("requeue", job="8", incident="i")), "at": time.time() - 10 ** 6}]
     new_drain = Action("drain", node="n1", reason="slurm-hooks: job 7 pid 5 stuck")
-    merged = _merge_spool(spooled, [new_drain, Action(**asdict(comment))], max_age=86400)
+    merged = merge_spool(spooled, [new_drain, Action(**asdict(comment))], max_age=86400)
     assert merged == [comment, new_drain], "the newer drain wins, duplicates and expired ones go"

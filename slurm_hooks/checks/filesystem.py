@@ -72,6 +72,12 @@ def _oserror(step: str, e: OSError) -> dict:
     return {"ok": False, "step": step, "errno": name, "message": e.strerror or str(e)}
 
 
+def _begin(progress, step: str) -> tuple[str, float]:
+    """Say which step starts (a hang then names it); (step, its start time)."""
+    progress(step)
+    return step, time.monotonic()
+
+
 def probe_write(progress, directory: str, size: int, node: str) -> dict:
     token = os.urandom(6).hex()
     path = os.path.join(directory, f".slurm-hooks-probe.{node}.{os.getpid()}.{token}")
@@ -82,22 +88,22 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
     step = "create"
     t_all = time.monotonic()
     try:
-        t = time.monotonic(); progress(step)
+        t = _begin(progress, step)[1]
         # A new file of our own with a random name: never follows or reuses what a user
         # may have placed in a shared directory. The read-back uses the same descriptor,
         # so a name swapped in between cannot redirect it.
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         created = True
         steps[step] = time.monotonic() - t
-        step = "write"; t = time.monotonic(); progress(step)
+        step, t = _begin(progress, "write")
         view = memoryview(payload)
         while view:
             view = view[os.write(fd, view):]
         steps[step] = time.monotonic() - t
-        step = "fsync"; t = time.monotonic(); progress(step)
+        step, t = _begin(progress, "fsync")
         os.fsync(fd)
         steps[step] = time.monotonic() - t
-        step = "read"; t = time.monotonic(); progress(step)
+        step, t = _begin(progress, "read")
         try:
             # Drop our own cached copy so the read has a chance to go to the server.
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -116,7 +122,7 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
                     "message": f"read back {got} bytes that differ from the {size} written"}
         os.close(fd)
         fd = -1
-        step = "unlink"; t = time.monotonic(); progress(step)
+        step, t = _begin(progress, "unlink")
         os.unlink(path)
         created = False
         steps[step] = time.monotonic() - t
@@ -138,10 +144,10 @@ def probe_read(progress, directory: str) -> dict:
     step = "statfs"
     t_all = time.monotonic()
     try:
-        t = time.monotonic(); progress(step)
+        t = _begin(progress, step)[1]
         os.statvfs(directory)
         steps[step] = time.monotonic() - t
-        step = "readdir"; t = time.monotonic(); progress(step)
+        step, t = _begin(progress, "readdir")
         with os.scandir(directory) as it:
             for _ in it:
                 break

@@ -1,0 +1,346 @@
+"""Actuation: findings in, Slurm actions carried out (or spooled), local records kept.
+
+Around the pure policy (policy.py) and the Slurm backend (actions.py, slurm.py):
+- hysteresis counts, and the healthy fast path that asks Slurm nothing;
+- the drain-storm breaker (breaker.py): read the cluster before a drain, re-read after
+  it; a prolog or epilog honours the health checks' latest view instead;
+- the spool: actions slurmctld did not take wait for the next run (each once);
+- the ledger: job and reboot actions once per incident;
+- the prolog's special case (Slurm drains on its non-zero exit) and the way back after
+  a reboot slurm-hooks asked for.
+Everything it keeps goes through the run's staged state store: a dry run keeps nothing.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+from .model import FAIL, ActionResult, Code, Finding, Outcome
+from .reason import GENERIC_FOR
+
+BREAKER_FRESH = 600.0
+
+
+def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
+                 hook: str = "healthcheck", started: float | None = None,
+                 others_failing: str | None = None) -> list[ActionResult]:
+    """Policy, breaker, spool and ledger around the Slurm backend (see actions.py).
+
+    `started`: the run's start (monotonic): every Slurm call ends by
+    `actions.deadline` seconds after it, and what is left is spooled. `others_failing`:
+    another health check run beside this one (NHC) failed, so nothing is resumed."""
+    from . import policy
+    counts = state.load("failures")
+    new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+    if new_counts != counts:
+        state.save("failures", new_counts)
+    drain = state.load("drain")
+    spooled = state.load("spool", list)
+    hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
+    reboot = state.load("reboot") if hook == "healthcheck" else {}
+    new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
+    failing = any(f.severity == FAIL or f.job_action for f in findings)
+    if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
+            and not state.exists("actions-done"):
+        return []                                   # the healthy fast path: no Slurm call
+
+    from .actions import LEDGER, execute
+    from .model import Action
+    report_only = cfg.actions.report_only
+    ledger = state.load(LEDGER)
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
+    if hook == "prolog":
+        return _prolog_actions(actions, state, dry_run, report_only)
+    for a in actions:
+        if a.kind == "drain":
+            a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
+    if hook_failure and not any(a.kind == "drain" for a in actions):
+        actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
+                                 replaces=hook_failure.get("replaces", ""), replace_only=True))
+    resume, drain = policy.resume_decision(findings, drain, node, cfg.policy.resume_after)
+    if others_failing:
+        # Never resume while another tool fails the node: it would drain it again, and
+        # the node would flap between the two.
+        resume, drain = None, (dict(drain, passes=0) if drain else drain)
+    from .slurm import Slurm
+    slurm = None if dry_run or report_only else Slurm(cfg.slurm)
+    if slurm is not None and started is not None:
+        slurm.deadline = started + cfg.actions.deadline
+    if slurm is not None:
+        _job_picture(cfg, actions, slurm)
+    held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
+    if (reboot or new_boot) and slurm is not None:
+        after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
+                                      cfg.policy.resume_after)
+        if after is not None:
+            resume = after
+    if resume is not None:
+        actions.append(resume)
+    queue = merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
+    results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
+    if held == [] and slurm is not None and hook == "healthcheck":
+        # Only the health check re-reads the cluster: a prolog or epilog never reads the
+        # node list (Slurm's guide), it honours the health checks' last view instead.
+        results = _breaker_recheck(cfg, node, results, slurm, state)
+
+    if not dry_run and not report_only:
+        state.save(LEDGER, refresh_ledger(ledger, findings))
+        # Actions Slurm could not take (unreachable, or no time left) wait in the spool;
+        # everything else is final.
+        spool = [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)}
+                 for r in results if r.retry]
+        if spool or spooled:
+            state.save("spool", spool)
+        drain = drain_record(drain, results, findings, node)
+        if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
+                                for r in results):
+            state.delete("hook-failure")      # the precise reason is in place (or moot)
+        if drain or state.exists("drain"):
+            state.save("drain", drain)
+        reboot = _reboot_record(reboot, results)
+        if reboot or state.exists("reboot"):
+            state.save("reboot", reboot)
+    return results
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _new_boot(state) -> bool:
+    """True once per boot: a node whose state_dir did not survive the reboot (diskless)
+    must still learn from Slurm that it is DOWN after a reboot of ours."""
+    now = _boot_id()
+    if state.load("boot").get("id") == now:
+        return False
+    state.save("boot", {"id": now})
+    return True
+
+
+def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int):
+    """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
+    "reboot complete"), resume it once health checks pass: (resume or None, record)."""
+    from .actions import rebooted_by_us
+    from .model import Action
+    from .reason import is_generic
+    from .slurm import REBOOT_STATES, SlurmError, node_flags, strip_reason_stamp
+    try:
+        info = slurm.node_state(node)
+    except SlurmError:
+        return None, reboot
+    if info is None:
+        return None, reboot
+    reason = strip_reason_stamp(info.get("Reason", ""))
+    # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
+    generic = GENERIC_FOR["healthcheck"] if reboot else ""
+    if not rebooted_by_us(info, reason, prefix, generic):
+        waiting = any(s in node_flags(info) for s in REBOOT_STATES) and \
+            (reason.startswith(prefix) or is_generic(reason, generic))
+        return None, (reboot if waiting else {})
+    record = dict(reboot or {"at": time.time()}, reason=reason)
+    if failing:
+        return None, dict(record, passes=0)
+    record["passes"] = int(record.get("passes", 0)) + 1
+    if record["passes"] >= max(1, resume_after):
+        return Action("resume", node=node, reason=reason, replaces=generic), record
+    return None, record
+
+
+def _reboot_record(reboot: dict, results) -> dict:
+    """Remember a reboot we asked for (to bring the node back after it); forget it once
+    the node is resumed."""
+    for r in results:
+        if r.action.kind == "reboot" and r.outcome == Outcome.DONE:
+            return {"reason": r.action.reason, "at": time.time(), "passes": 0}
+        if r.action.kind == "resume" and r.outcome == Outcome.DONE:
+            return {}
+    return reboot
+
+
+
+
+def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
+    """The prolog takes no action itself: Slurm drains the node and requeues the job
+    when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
+    The breaker is honoured from the health checks' latest cluster view: the prolog
+    must not wait on slurmctld to ask."""
+    drains = [a for a in actions if a.kind == "drain"]
+    if report_only:
+        return [ActionResult(a, Outcome.REPORT_ONLY, "report only (actions.report_only): not done",
+                             code=Code.REPORT_ONLY) for a in drains]
+    held = _cached_breaker(state)
+    if drains and held:
+        return [ActionResult(a, Outcome.HELD, held, code=Code.BREAKER) for a in drains]
+    if dry_run:
+        return [ActionResult(a, Outcome.DRY_RUN, "dry run: not done", code=Code.DRY_RUN) for a in drains]
+    return [ActionResult(a, Outcome.DEFERRED, "left to Slurm (it drains the node when the prolog fails); "
+                         "the precise reason follows", code=Code.LEFT_TO_SLURM) for a in drains]
+
+
+# The picture may take at most this share of what is left of the run's action time:
+# the drain, comment and requeue it precedes must still fit before slurmd's kill.
+PICTURE_SHARE = 0.5
+
+
+def _job_picture(cfg, actions, slurm) -> None:
+    """Before a job is requeued, the job-wide picture (diagnose.py) joins the diagnosis
+    recorded on it, so the post-mortem shows what the other ranks were doing. It lives
+    inside the run's action deadline: at most half of what is left of it."""
+    jobs = sorted({a.job for a in actions if a.kind == "requeue" and a.job})
+    if not jobs:
+        return
+    from .diagnose import capture
+    for job in jobs:
+        limit = cfg.diagnose.on_requeue_timeout
+        deadline = getattr(slurm, "deadline", None)
+        if deadline is not None:
+            limit = min(limit, (deadline - time.monotonic()) * PICTURE_SHARE)
+        if limit < 1:
+            break                    # no time left for it: the requeue comes first
+        line = capture(cfg, job, limit)
+        for a in actions:
+            if line and a.job == job and a.kind in ("comment", "requeue"):
+                a.text = f"{a.text}; {line}" if a.text else line
+
+
+def _cached_breaker(state) -> str | None:
+    breaker = state.load("breaker")
+    if breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
+        return breaker.get("why", "drain-storm breaker open")
+    return None
+
+
+def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> list:
+    """[(action, why)] for the actions the drain-storm breaker holds back."""
+    # A job's own problem (job_only) costs the node nothing and is never held back.
+    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
+             and not a.replace_only and not a.job_only]
+    if not risky or dry_run or slurm is None:
+        return []
+    if hook != "healthcheck":
+        # A prolog or epilog never reads the whole node list (Slurm's guide: hooks
+        # should not call Slurm commands): it honours the health checks' last view.
+        why = _cached_breaker(state)
+        return [(a, why) for a in risky] if why else []
+    from .breaker import cluster_view, verdict
+    from .slurm import SlurmError
+    try:
+        view = cluster_view(slurm, cfg.reason_prefix)
+    except SlurmError:
+        return []              # no view: the drain itself will fail and be spooled
+    from .breaker import step_back
+    back = step_back(view, node, cfg.policy)
+    if back:
+        # Drained in a storm by a run that read the cluster before the others drained.
+        try:
+            slurm.resume(node)
+        except SlurmError:
+            return []
+        state.save("breaker", {"open": True, "why": back, "at": time.time()})
+        return [(a, back) for a in risky]
+    if node in view.infos:
+        slurm.prime_node(view.infos[node])      # the drain's own node lookup: no second RPC
+    why = None if node in view.ours else verdict(view, node, cfg.policy)
+    state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
+    return [(a, why) for a in risky] if why else []
+
+
+def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
+    """Simultaneous health checks all pass the breaker's check, then all drain: after
+    our own drain, read the cluster again and step back when beyond the limit in the
+    breaker's stable order (breaker.py)."""
+    from .breaker import cluster_view, step_back
+    from .slurm import SlurmError
+    drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
+               and r.outcome == Outcome.DONE and not r.action.replace_only]
+    if not drained:
+        return results
+    try:
+        why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
+        if why:
+            slurm.resume(node)
+    except SlurmError:
+        return results          # the drain stands; the next run re-reads
+    if not why:
+        return results
+    state.save("breaker", {"open": True, "why": why, "at": time.time()})
+    return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
+
+
+def _identity(a) -> tuple:
+    return (a.kind, a.node, a.job, a.reason if a.kind in ("drain", "reboot") else "", a.incident)
+
+
+def merge_spool(spooled: list, actions: list, max_age: float) -> list:
+    """Spooled actions first (oldest first), then new ones; each action once."""
+    from .model import Action
+    now = time.time()
+    out, seen = [], set()
+    for entry in spooled:
+        try:
+            a = Action(**entry["action"])
+        except (TypeError, KeyError):
+            continue
+        if now - float(entry.get("at", now)) > max_age:
+            continue
+        if a.kind == "drain" and any(n.kind == "drain" for n in actions):
+            continue           # a newer drain says more about the node now
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    for a in actions:
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    return out
+
+
+def _spooled_at(spooled: list, action) -> float:
+    for entry in spooled:
+        if entry.get("action", {}).get("kind") == action.kind and \
+                entry["action"].get("reason") == action.reason and entry["action"].get("job") == action.job:
+            return float(entry.get("at", time.time()))
+    return time.time()
+
+
+def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
+    """Our local note of why we drained this node (for auto-resume)."""
+    for r in results:
+        a = r.action
+        if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):
+            failing = [f for f in findings if f.severity == FAIL]
+            resumable = all(f.resumable for f in failing) and bool(failing)
+            keep = drain if drain.get("reason") == a.reason else {}
+            return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
+                    "passes": 0, "at": keep.get("at", time.time())}
+        if a.kind == "drain" and r.code == Code.FOREIGN_DRAIN:
+            return {}          # an admin's drain now: not ours to resume
+        if a.kind == "resume" and r.outcome in (Outcome.DONE, Outcome.SKIPPED):
+            return {}
+    return drain
+
+
+# How long the ledger remembers an incident no finding has named. A stuck task can drop
+# out of the findings for a while (a SIGKILL wakes it for a moment and its clock
+# restarts) without being a new incident; a new stuck task has a new identity anyway.
+LEDGER_KEEP = 6 * 3600
+
+
+def refresh_ledger(ledger: dict, findings: list[Finding]) -> dict:
+    now = time.time()
+    live = {f.incident for f in findings if f.incident}
+    out = {}
+    for key, entry in ledger.items():
+        if not isinstance(entry, dict) or "done" not in entry:
+            continue                       # an unreadable entry: forget it
+        if key.split(":", 2)[-1] in live:
+            entry = dict(entry, seen=now)
+        if now - float(entry.get("seen", entry["done"])) < LEDGER_KEEP:
+            out[key] = entry
+    return out

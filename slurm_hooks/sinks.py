@@ -1,0 +1,65 @@
+"""The sinks of a run: the journal (a run line and a line per action), syslog, and the
+Prometheus textfile with its kept counters. Run by the entry points after the run;
+a failure of any of them is our own local failure (errors.py), reported, never fatal.
+"""
+from __future__ import annotations
+
+import os
+
+from .engine import COMMITTING, HEALTHY, UNHEALTHY, RunRecord, state_dir
+
+
+def record_run(cfg, record: RunRecord) -> None:
+    """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
+    from .journal import append
+    run = dict(record.to_json(), event="run")
+    actions = [dict(r.to_json(), event="action", time=run["time"], node=record.node, hook=record.hook,
+                    run_job=record.job) for r in record.actions]
+    err = append(cfg.journal, run, *actions, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
+    if err:
+        record.local_errors.append(err)
+    _metrics(cfg, record)
+    if cfg.syslog and (record.status != HEALTHY or record.actions):
+        # Healthy runs without actions stay in the journal: every node every interval
+        # at debug level would only crowd syslog.
+        from .syslog import lines_for, send
+        send(lines_for(record), cfg.syslog_socket, cfg.syslog_facility)
+    if record.local_errors:
+        from .errors import report_local
+        report_local(cfg, record.hook, record.local_errors)
+
+
+def _metrics(cfg, record: RunRecord) -> None:
+    # Counters and the last success only feed the textfile: with no node_exporter
+    # directory there is nothing to keep, and a healthy run writes no state for it.
+    if not cfg.prometheus_textfile_dir or not os.path.isdir(cfg.prometheus_textfile_dir):
+        return
+    if record.dry_run or record.hook not in COMMITTING:
+        return         # a look or a dry run is not what happened on the node
+    from .state import StateStore
+    state = StateStore(state_dir(cfg, record.node))
+    try:
+        _write_metrics(cfg, record, state)
+    finally:
+        record.local_errors += [e for e in state.errors if e not in record.local_errors]
+
+
+def _write_metrics(cfg, record: RunRecord, state) -> None:
+    saved = state.load("metrics")
+    counters = saved.get("actions", {})
+    last_success = dict(saved.get("last_success", {}))
+    if record.actions:
+        from .metrics import update_counters
+        counters = update_counters(counters, record.actions)
+    if record.status != UNHEALTHY:
+        last_success[record.hook] = record.started
+    new = {"actions": counters, "last_success": last_success}
+    if new != saved:
+        state.save("metrics", new, durable=False)
+    if record.hook == "healthcheck":
+        from .metrics import render, write
+        err = write(cfg.prometheus_textfile_dir, record.node,
+                    render(record, counters, last_success.get(record.hook),
+                           drained=state.load("drain").get("reason")))
+        if err:
+            record.local_errors.append(err)
