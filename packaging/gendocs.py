@@ -122,6 +122,11 @@ def _b(text: str) -> str:
     return f"\\fB{roff(text)}\\fR"
 
 
+def _example(what: str, command: str) -> list[str]:
+    """A man page example: what it does, then the command set apart."""
+    return [".PP", roff(what), ".PP", ".nf", ".RS", roff(command), ".RE", ".fi"]
+
+
 def _i(text: str) -> str:
     return f"\\fI{roff(text)}\\fR"
 
@@ -279,18 +284,12 @@ def manpage_cli(parser=None) -> str:
              "HealthCheckNodeState=ANY,CYCLE\nProlog=/usr/sbin/slurm-hooks-prolog\n"
              "Epilog=/usr/sbin/slurm-hooks-epilog"),
         ".RE", ".fi",
-        ".PP",
-        roff("What the health check would do on this node, without doing it:"),
-        ".PP", ".nf", ".RS", roff("slurm-hooks healthcheck --dry-run"), ".RE", ".fi",
-        ".PP",
-        roff("Probe the filesystems only, and print the full record:"),
-        ".PP", ".nf", ".RS", roff("slurm-hooks check filesystem --json"), ".RE", ".fi",
-        ".PP",
-        roff("Check an edited configuration before pushing it to every node:"),
-        ".PP", ".nf", ".RS", roff("slurm-hooks config check /tmp/slurm-hooks.yaml"), ".RE", ".fi",
-        ".PP",
-        roff("Why is node gpu042 drained? On the node:"),
-        ".PP", ".nf", ".RS", roff("slurm-hooks explain --runs 5"), ".RE", ".fi",
+        *_example("What the health check would do on this node, without doing it:",
+                  "slurm-hooks healthcheck --dry-run"),
+        *_example("Probe the filesystems only, and print the full record:", "slurm-hooks check filesystem --json"),
+        *_example("Check an edited configuration before pushing it to every node:",
+                  "slurm-hooks config check /tmp/slurm-hooks.yaml"),
+        *_example("Why is node gpu042 drained? On the node:", "slurm-hooks explain --runs 5"),
         ".SH SEE ALSO",
         roff("slurm-hooks.yaml(5), slurm.conf(5), scontrol(1), sinfo(1)"),
     ]

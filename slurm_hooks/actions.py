@@ -245,13 +245,23 @@ def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
     slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
 
 
-def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _running_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult | None]:
+    """(the id to act on, Slurm's record, a result that ends the action here or None):
+    the job must be Slurm's, this node's and the task user's, and not ended."""
     job, info, refused = _show_job(action, slurm)
-    if refused is not None:
-        return refused
+    if refused is not None or info is None:
+        return job, info or {}, refused
     state = info.get("JobState", "")
     if state in TERMINAL:
-        return ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
+        return job, info, ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
+    return job, info, None
+
+
+def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+    job, info, ended = _running_job(action, slurm)
+    if ended is not None:
+        return ended
+    state = info.get("JobState", "")
     if state.startswith(("PENDING", "REQUEUE")):
         return ActionResult(action, SKIPPED, f"job already back in the queue ({state})", code=Code.JOB_QUEUED)
     why = None
@@ -291,12 +301,9 @@ def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, w
 
 
 def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
-    job, info, refused = _show_job(action, slurm)
-    if refused is not None:
-        return refused
-    state = info.get("JobState", "")
-    if state in TERMINAL:
-        return ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
+    job, _, ended = _running_job(action, slurm)
+    if ended is not None:
+        return ended
     slurm.cancel(job)
     return ActionResult(action, DONE)
 

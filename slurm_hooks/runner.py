@@ -289,7 +289,7 @@ class Runner:
 
     def _finished(self, child: _Child) -> Outcome:
         elapsed = time.monotonic() - child.started
-        self._reap(child.pid)
+        reap(child.pid)
         if child.got_result:
             return Outcome(key=child.task.key, status=DONE, value=child.result, pid=child.pid,
                            elapsed=elapsed, step=child.step, since=child.started_wall)
@@ -314,15 +314,6 @@ class Runner:
             except PermissionError:
                 return
 
-    @staticmethod
-    def _reap(pid: int) -> bool:
-        """Reap pid if it has ended; never blocks."""
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        return done == pid
-
     def _settle(self, killed: list[_Child], outcomes: dict[str, Outcome]) -> None:
         """Give killed children a moment to die; remember the ones that cannot."""
         if not killed:
@@ -330,7 +321,7 @@ class Runner:
         deadline = time.monotonic() + KILL_SETTLE
         left = list(killed)
         while left:
-            left = [c for c in left if not self._reap(c.pid)]
+            left = [c for c in left if not reap(c.pid)]
             if not left or time.monotonic() >= deadline:
                 break
             time.sleep(0.002)
@@ -343,6 +334,15 @@ class Runner:
                                         "since": child.started_wall}
             self._dirty = True
             outcomes[child.task.key].error += "; the probe is stuck in the kernel and cannot be killed"
+
+
+def reap(pid: int) -> bool:
+    """Reap pid if it has ended; never blocks."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return done == pid
 
 
 def reap_finished() -> int:
@@ -453,7 +453,7 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
                 break
             except OSError:
                 continue
-        Runner._reap(pid)
+        reap(pid)
     return CommandResult(argv=list(argv), rc=rc, timed_out=rc is None, elapsed=elapsed,
                          stdout=bufs[out_r].decode("utf-8", "replace"),
                          stderr=bufs[err_r].decode("utf-8", "replace"))

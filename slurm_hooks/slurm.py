@@ -163,6 +163,11 @@ class Slurm:
         return result
 
     # --- operations ----------------------------------------------------------------------
+    def show_all(self, kind: str) -> str:
+        """`scontrol -o show KIND` (node or job): every record, one per line. The health
+        check's breaker and `status` only; a prolog or epilog never reads the lists."""
+        return self._run("-o", "show", kind).stdout
+
     def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
         """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
         try:

@@ -72,8 +72,8 @@ class Status:
 
 def collect(slurm, prefix: str, now: float | None = None) -> Status:
     now = time.time() if now is None else now
-    nodes_out = slurm._run("-o", "show", "node").stdout
-    jobs_out = slurm._run("-o", "show", "job").stdout
+    nodes_out = slurm.show_all("node")
+    jobs_out = slurm.show_all("job")
     jobs_by_node: dict[str, list[dict]] = {}
     for line in jobs_out.splitlines():
         if not line.startswith("JobId="):

@@ -45,19 +45,33 @@ class Xid:
     linked: bool = False   # "Xid 154 linkage": NVML's recovery action decides where offered
 
 
+def _app(meaning: str, linked: bool = False) -> Xid:
+    """The application's fault (RESTART_APP): recorded."""
+    return Xid(RECORD, "RESTART_APP", meaning, linked)
+
+
+def _reset(meaning: str, linked: bool = True) -> Xid:
+    """The GPU needs a reset (RESET_GPU): drained."""
+    return Xid(DRAIN, "RESET_GPU", meaning, linked)
+
+
+def _nvlink5(cls: str, meaning: str) -> Xid:
+    """An NVLink5 workflow Xid: its error bits decide, through NVML's recovery action."""
+    return Xid(cls, "WORKFLOW_NVLINK5_ERR", f"NVLink5 {meaning}", linked=True)
+
+
 TABLE: dict[int, Xid] = {
     # the application's fault: the job fails by itself, the GPU is fine
-    8: Xid(RECORD, "RESTART_APP", "GPU stopped processing (channel idle timeout)"),
-    11: Xid(RECORD, "RESTART_APP", "invalid or corrupted push buffer stream"),
-    13: Xid(RECORD, "RESTART_APP", "graphics engine exception (application fault)"),
-    31: Xid(RECORD, "RESTART_APP", "GPU memory page fault (application fault)"),
-    32: Xid(RECORD, "RESTART_APP", "invalid or corrupted push buffer stream"),
+    8: _app("GPU stopped processing (channel idle timeout)"),
+    11: _app("invalid or corrupted push buffer stream"),
+    13: _app("graphics engine exception (application fault)"),
+    31: _app("GPU memory page fault (application fault)"),
+    32: _app("invalid or corrupted push buffer stream"),
     43: Xid(RECORD, "IGNORE", "GPU stopped processing (application fault)"),
     45: Xid(RECORD, "WORKFLOW_XID_45", "preemptive cleanup after an earlier error (process killed)"),
-    68: Xid(RECORD, "RESTART_APP", "video decoder exception"),
-    69: Xid(RECORD, "RESTART_APP", "graphics engine class error"),
-    94: Xid(RECORD, "RESTART_APP", "contained ECC error (only the application that hit it is affected)",
-            linked=True),
+    68: _app("video decoder exception"),
+    69: _app("graphics engine class error"),
+    94: _app("contained ECC error (only the application that hit it is affected)", linked=True),
     # informational, or ignore per the catalogue
     63: Xid(RECORD, "IGNORE", "ECC page retirement or row remapping recorded (a reset activates it)",
             linked=True),
@@ -65,31 +79,31 @@ TABLE: dict[int, Xid] = {
     61: Xid(WARN, "CONTACT_SUPPORT", "internal micro-controller breakpoint/warning (unused on Ampere and newer)"),
     92: Xid(WARN, "IGNORE", "high single-bit ECC error rate"),
     121: Xid(WARN, "IGNORE", "C2C link error (corrected)"),
-    147: Xid(WARN, "WORKFLOW_NVLINK5_ERR", "NVLink5 TREX error (all error bits: ignore)", linked=True),
-    148: Xid(WARN, "WORKFLOW_NVLINK5_ERR", "NVLink5 NVLPW control error (ignore)", linked=True),
+    147: _nvlink5(WARN, "TREX error (all error bits: ignore)"),
+    148: _nvlink5(WARN, "NVLPW control error (ignore)"),
     # the GPU needs a reset, or the node a reboot
-    46: Xid(DRAIN, "RESET_GPU", "GPU timeout"),
+    46: _reset("GPU timeout", linked=False),
     48: Xid(DRAIN, "WORKFLOW_XID_48", "double-bit ECC error", linked=True),
-    62: Xid(DRAIN, "RESET_GPU", "internal micro-controller halt", linked=True),
-    64: Xid(DRAIN, "RESET_GPU", "ECC page retirement or row remapping failure", linked=True),
+    62: _reset("internal micro-controller halt"),
+    64: _reset("ECC page retirement or row remapping failure"),
     74: Xid(DRAIN, "WORKFLOW_NVLINK_ERR", "NVLink error", linked=True),
     79: Xid(DRAIN, "RESTART_BM", "GPU has fallen off the bus", linked=True),
-    95: Xid(DRAIN, "RESET_GPU", "uncontained ECC error", linked=True),
-    109: Xid(DRAIN, "RESET_GPU", "context switch timeout", linked=True),
-    110: Xid(DRAIN, "RESET_GPU", "security fault", linked=True),
-    119: Xid(DRAIN, "RESET_GPU", "GSP RPC timeout"),
-    120: Xid(DRAIN, "RESET_GPU", "GSP error", linked=True),
-    136: Xid(DRAIN, "RESET_GPU", "NVLink link training (ALI) failed", linked=True),
-    140: Xid(DRAIN, "RESET_GPU", "unrecovered ECC error"),
-    143: Xid(DRAIN, "RESET_GPU", "GPU initialization failure", linked=True),
-    144: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 SAW error", linked=True),
-    145: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 RLW error", linked=True),
-    146: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 TLW error", linked=True),
-    149: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 NETIR error", linked=True),
-    150: Xid(DRAIN, "WORKFLOW_NVLINK5_ERR", "NVLink5 MSE error", linked=True),
-    155: Xid(DRAIN, "RESET_GPU", "NVLink software-defined error", linked=True),
-    156: Xid(DRAIN, "RESET_GPU", "resource retirement event", linked=True),
-    158: Xid(DRAIN, "RESET_GPU", "GPU fatal timeout"),
+    95: _reset("uncontained ECC error"),
+    109: _reset("context switch timeout"),
+    110: _reset("security fault"),
+    119: _reset("GSP RPC timeout", linked=False),
+    120: _reset("GSP error"),
+    136: _reset("NVLink link training (ALI) failed"),
+    140: _reset("unrecovered ECC error", linked=False),
+    143: _reset("GPU initialization failure"),
+    144: _nvlink5(DRAIN, "SAW error"),
+    145: _nvlink5(DRAIN, "RLW error"),
+    146: _nvlink5(DRAIN, "TLW error"),
+    149: _nvlink5(DRAIN, "NETIR error"),
+    150: _nvlink5(DRAIN, "MSE error"),
+    155: _reset("NVLink software-defined error"),
+    156: _reset("resource retirement event"),
+    158: _reset("GPU fatal timeout", linked=False),
 }
 
 
@@ -98,15 +112,6 @@ class Verdict:
     cls: str
     meaning: str
     note: str = ""     # why the class differs from the number's, when it does
-
-
-def parse(text: str) -> dict | None:
-    from .kmsg import MATCHERS
-    for matcher in MATCHERS:
-        m = matcher.pattern.match(text) if matcher.event == "xid" else None
-        if m:
-            return from_match(m)
-    return None
 
 
 def from_match(m) -> dict:

@@ -72,6 +72,73 @@ def journal(root: Path, node: str) -> list[dict]:
     return [r for r in records if r.get("event") == "run"]
 
 
+# --- cluster tests: a task stuck on a hung mount, a health check run by hand ------------
+# argv: the hung mount, a directory where it says it started.
+STUCK_WRITER = """
+import os, sys
+open(os.path.join(sys.argv[2], "started"), "w").close()
+open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
+"""
+
+def stuck_writer_job(cluster, root: Path, hung: str, node: str = "n1") -> str:
+    """A requeueable batch job on NODE whose one task is stuck in open() on `hung`;
+    returns once the task started, with the job id."""
+    (root / "writer.py").write_text(STUCK_WRITER)
+    job = cluster.sbatch("-N1", "-w", node, "--requeue", "-o", "/dev/null", script=(
+        f"#!/bin/sh\nsrun {sys.executable} {root}/writer.py {hung} {root}\n"))
+    cluster.wait_for(lambda: (root / "started").exists(), 30, what="the job's task started")
+    return job
+
+
+# A job's ranks (argv: ..., a barrier directory last): each says it started; rank ODD
+# waits forever on a lock nobody releases (no D state), the others sleep in a barrier.
+LOCK_RANKS = """
+import os, sys, threading, time
+barrier = sys.argv[-1]
+rank = int(os.environ["SLURM_PROCID"])
+lock = threading.Lock()
+lock.acquire()
+
+def take_checkpoint_lock():
+    lock.acquire()
+
+def wait_in_barrier():
+    while True:
+        time.sleep(SLEEP)
+
+open(os.path.join(barrier, f"started.{rank}"), "w").close()
+if rank == ODD:
+    take_checkpoint_lock()
+else:
+    wait_in_barrier()
+"""
+
+
+def lock_ranks(odd: int, sleep: float = 0.5) -> str:
+    """LOCK_RANKS with its odd rank and the barrier's poll interval."""
+    return LOCK_RANKS.replace("ODD", str(odd)).replace("SLEEP", repr(sleep))
+
+
+def manual_healthcheck(cluster, root: Path, node: str, timed: bool = False, **cfg):
+    """`slurm-hooks healthcheck --json` as NODE of the test cluster, by hand: its record
+    (and how long it took, when `timed`)."""
+    import json
+    import subprocess
+
+    import yaml
+    conf = root / f"{node}-manual.yaml"
+    doc = {"state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
+           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+    doc.update(cfg)
+    conf.write_text(yaml.safe_dump(doc))
+    t0 = time.monotonic()
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
+                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
+    assert r.returncode in (0, 1), r.stderr
+    rec = json.loads(r.stdout)
+    return (rec, time.monotonic() - t0) if timed else rec
+
+
 # --- GPU tests: NVML scenarios for tests/fake_nvml and the kernel log ------------------
 def gpu(i, **kw):
     g = {"pci": f"00000000:{0x3b + i:02X}:00.0", "uuid": f"GPU-{i:08x}", "name": "NVIDIA H100 80GB HBM3",

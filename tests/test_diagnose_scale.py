@@ -12,31 +12,11 @@ import time
 
 import pytest
 import yaml
-
-from helpers import BIN, SLURM_HOOKS
+from helpers import BIN, SLURM_HOOKS, lock_ranks
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scale]
 
-RANKS = """
-import os, sys, threading, time
-barrier = sys.argv[1]
-rank = int(os.environ["SLURM_PROCID"])
-lock = threading.Lock()
-lock.acquire()
-
-def take_checkpoint_lock():
-    lock.acquire()
-
-def wait_in_barrier():
-    while True:
-        time.sleep(1)
-
-open(os.path.join(barrier, f"started.{rank}"), "w").close()
-if rank == 17:
-    take_checkpoint_lock()
-else:
-    wait_in_barrier()
-"""
+RANKS = lock_ranks(17, sleep=1)     # rank 17 waits on a lock, the rest in the barrier
 
 
 def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_path):

@@ -13,8 +13,7 @@ import time
 import psutil
 import pytest
 import yaml
-
-from helpers import ROOT, SLURM_HOOKS, journal
+from helpers import ROOT, SLURM_HOOKS, journal, lock_ranks
 
 pytestmark = pytest.mark.cluster
 
@@ -46,28 +45,7 @@ else:
     train_step()
 """
 
-# No D state anywhere: rank 1 waits forever on a lock nobody releases, the others sleep
-# in the barrier.
-LOCK_RANKS = """
-import os, sys, threading, time
-barrier = sys.argv[1]
-rank = int(os.environ["SLURM_PROCID"])
-lock = threading.Lock()
-lock.acquire()
-
-def take_checkpoint_lock():
-    lock.acquire()
-
-def wait_in_barrier():
-    while True:
-        time.sleep(0.5)
-
-open(os.path.join(barrier, f"started.{rank}"), "w").close()
-if rank == 1:
-    take_checkpoint_lock()
-else:
-    wait_in_barrier()
-"""
+LOCK_RANKS = lock_ranks(1)     # no D state anywhere: rank 1 waits on a lock
 
 
 def config(tmp_path, cluster, **diag) -> dict:
@@ -157,7 +135,7 @@ def test_record_keeps_the_admins_comment(clean_cluster, tmp_path):
 
 def test_all_alike_says_so_with_the_common_stack(clean_cluster, tmp_path):
     cluster = clean_cluster
-    script = LOCK_RANKS.replace("if rank == 1:", "if rank == 99:")
+    script = lock_ranks(99)
     job = start_job(cluster, tmp_path, script, [])
     r, _ = diagnose(config(tmp_path, cluster), job)
     assert r.returncode == 0, r.stderr

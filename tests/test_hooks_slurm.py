@@ -7,17 +7,10 @@ import sys
 import time
 
 import pytest
-import yaml
-
-from helpers import SLURM_HOOKS, hook_wrapper, journal, write_node_configs
+from helpers import STUCK_WRITER, hook_wrapper, journal, stuck_writer_job, write_node_configs
+from helpers import manual_healthcheck as healthcheck
 
 pytestmark = pytest.mark.cluster
-
-STUCK_WRITER = """
-import os, sys, time
-open(os.path.join(sys.argv[2], "started"), "w").close()
-open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
-"""
 
 
 def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluster, hung_mount, tmp_path):
@@ -91,24 +84,9 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         stuck.kill()
 
 
-def healthcheck(cluster, tmp_path, node, **cfg):
-    conf = tmp_path / f"{node}-manual.yaml"
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
-    doc.update(cfg)
-    conf.write_text(yaml.safe_dump(doc))
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
-                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
-    assert r.returncode in (0, 1), r.stderr
-    return json.loads(r.stdout)
-
-
 def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
-    (tmp_path / "writer.py").write_text(STUCK_WRITER)
-    job = cluster.sbatch("-N1", "-w", "n1", "--requeue", "-o", "/dev/null", script=(
-        f"#!/bin/sh\nsrun {sys.executable} {tmp_path}/writer.py {hung_mount.path} {tmp_path}\n"))
-    cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
+    job = stuck_writer_job(cluster, tmp_path, hung_mount.path, "n1")
     cfg = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
            "actions": {"reboot": False}}
     cluster.stop_controller()

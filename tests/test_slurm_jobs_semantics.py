@@ -4,14 +4,11 @@ Slurm calls of one run share one deadline."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 
 import pytest
-import yaml
-
-from helpers import SLURM_HOOKS, journal, write_node_configs
+from helpers import journal, manual_healthcheck, stuck_writer_job, write_node_configs
 
 pytestmark = pytest.mark.cluster
 INTERVAL, GRACE = 3, 2
@@ -77,13 +74,6 @@ def test_a_finished_job_is_never_requeued(clean_cluster, tmp_path):
     assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "0")
 
 
-STUCK_WRITER = """
-import os, sys
-open(os.path.join(sys.argv[2], "started"), "w").close()
-open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
-"""
-
-
 def slow_scontrol(tmp_path, delay: float):
     """A bin_dir whose scontrol answers `delay` seconds late, like a loaded slurmctld."""
     import shutil
@@ -95,24 +85,12 @@ def slow_scontrol(tmp_path, delay: float):
 
 
 def healthcheck(cluster, tmp_path, node, **cfg):
-    conf = tmp_path / f"{node}-manual.yaml"
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
-    doc.update(cfg)
-    conf.write_text(yaml.safe_dump(doc))
-    t0 = time.monotonic()
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
-                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
-    assert r.returncode in (0, 1), r.stderr
-    return json.loads(r.stdout), time.monotonic() - t0
+    return manual_healthcheck(cluster, tmp_path, node, timed=True, **cfg)
 
 
 def test_all_actions_of_a_run_share_one_deadline(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
-    (tmp_path / "writer.py").write_text(STUCK_WRITER)
-    job = cluster.sbatch("-N1", "-w", "n1", "--requeue", "-o", "/dev/null", script=(
-        f"#!/bin/sh\nsrun {sys.executable} {tmp_path}/writer.py {hung_mount.path} {tmp_path}\n"))
-    cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
+    job = stuck_writer_job(cluster, tmp_path, hung_mount.path, "n1")
     cfg = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
            "actions": {"reboot": False, "deadline": 5}}
     healthcheck(cluster, tmp_path, "n1", **cfg)          # first sighting of the task

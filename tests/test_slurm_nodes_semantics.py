@@ -11,29 +11,11 @@ import time
 
 import pytest
 import yaml
-
-from helpers import SLURM_HOOKS, journal, write_node_configs
+from helpers import SLURM_HOOKS, STUCK_WRITER, journal, write_node_configs
+from helpers import manual_healthcheck as healthcheck
 
 pytestmark = pytest.mark.cluster
 INTERVAL, GRACE = 3, 2
-
-STUCK_WRITER = """
-import os, sys, time
-open(os.path.join(sys.argv[2], "started"), "w").close()
-open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
-"""
-
-
-def healthcheck(cluster, tmp_path, node, **cfg):
-    conf = tmp_path / f"{node}-manual.yaml"
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
-    doc.update(cfg)
-    conf.write_text(yaml.safe_dump(doc))
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
-                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
-    assert r.returncode in (0, 1), r.stderr
-    return json.loads(r.stdout)
 
 
 def actions(rec):

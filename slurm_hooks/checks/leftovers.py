@@ -81,8 +81,8 @@ class LeftoversCheck:
                 continue                      # it ended meanwhile
             stuck = [s for s in samples if s.state == "D"]
             if stuck:
-                for d in stuck_check._diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
-                    f = stuck_check._finding(ctx, d, after_end=True)
+                for d in stuck_check.diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
+                    f = stuck_check.finding(ctx, d, after_end=True)
                     if f is not None:
                         f.check, f.status = NAME, "stuck_after_job"
                         out.append(f)

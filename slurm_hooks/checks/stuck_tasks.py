@@ -313,9 +313,9 @@ class StuckTasksCheck:
             ctx.state.save(STATE, state)
 
         out = []
-        diagnosed = self._diagnose(ctx, stuck, kernel)
+        diagnosed = self.diagnose(ctx, stuck, kernel)
         for d in diagnosed:
-            f = self._finding(ctx, d)
+            f = self.finding(ctx, d)
             if f is not None:
                 out.append(f)
         for b, held in watching:
@@ -384,7 +384,7 @@ class StuckTasksCheck:
             return None
         return ref
 
-    def _diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
+    def diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
         results: list[Stuck] = []
         tasks = []
         listpids = None
@@ -486,7 +486,7 @@ class StuckTasksCheck:
                 return d.sample.uid
         return None
 
-    def _finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
+    def finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
         # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
         d.file, d.cmdline = printable(d.file), printable(d.cmdline)
