@@ -19,6 +19,8 @@ from .model import FAIL, ActionResult, Code, Finding, Outcome
 from .reason import GENERIC_FOR
 
 BREAKER_FRESH = 600.0
+# The state files actuation keeps (the ledger is actions.LEDGER, "actions-done").
+STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot", "boot", "breaker")
 
 
 def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,

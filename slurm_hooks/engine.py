@@ -14,12 +14,11 @@ import time
 from dataclasses import dataclass, field
 
 from . import __version__
-from .checks import Context, run_checks
+from .checks import Context, for_hook, run_checks
 from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
-DEFAULT_CHECKS = ["filesystem", "stuck_tasks", "gpu"]
 # The runs whose decisions are kept: a look (`check`) or a dry run keeps nothing.
 COMMITTING = ("healthcheck", "prolog", "epilog")
 
@@ -118,7 +117,7 @@ def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
     if hook == "healthcheck" and cfg.beside.command and not dry_run:   # it would act on its own
         from .beside import Beside
         beside = Beside(cfg.beside, ctx.runner)      # runs alongside our own checks
-    record.checks = run_checks(ctx, names or DEFAULT_CHECKS)
+    record.checks = run_checks(ctx, names or for_hook(hook))
     _correlate(record.checks)
     others_failing = None
     if beside is not None:

@@ -14,15 +14,6 @@ from .reason import clean_text
 # The journal outcomes of a drain that took (or that Slurm took for a failed prolog).
 DRAINED = (Outcome.DONE.value, Outcome.DEFERRED.value)
 
-# Evidence worth showing per check, in this order.
-KEYS = {
-    "filesystem": ("mountpoint", "fstype", "mode", "step", "errno", "latency", "timeout", "since"),
-    "stuck_tasks": ("job", "step", "rank", "pid", "tids", "comm", "seconds", "syscall", "file", "mountpoint",
-                    "fstype", "cause", "wchan", "stack", "cmdline", "kernel_log", "idle_gpu"),
-    "leftovers": ("job", "pid", "tids", "comm", "syscall", "file", "mountpoint", "fstype", "cause", "wchan", "stack"),
-    "gpu": ("index", "pci", "name", "xid", "meaning", "kernel_log", "recovery_action", "ecc_uncorrected_volatile",
-            "remapped_rows", "memory_used_mib", "pids", "busy", "count", "visible", "expected", "missing", "call"),
-}
 
 
 def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
@@ -77,7 +68,7 @@ def _diagnosis(run: dict) -> list[str]:
                 out.append(f"      {f['detail']}")
             ev = f.get("evidence", {})
             gpu = ev.get("gpu") if isinstance(ev.get("gpu"), dict) else {}
-            for key in KEYS.get(f.get("check"), ()):
+            for key in _explain_keys(f.get("check")):
                 value = ev.get(key, gpu.get(key))
                 if value not in (None, "", [], {}):
                     if isinstance(value, list) and key == "stack":
@@ -97,3 +88,9 @@ def _actions_since(runs: list[dict], first: dict) -> list[str]:
             msg = f" ({a['message']})" if a.get("message") else ""
             out.append(f"{r.get('time')} {a.get('kind')} {target}: {a.get('outcome')}{msg}")
     return out or ["none"]
+
+
+def _explain_keys(check) -> tuple[str, ...]:
+    """The evidence the check that made a finding says is worth showing, in order."""
+    from .checks import REGISTRY, check_class
+    return check_class(check).explain_keys if check in REGISTRY else ()

@@ -37,7 +37,6 @@ from . import engine
 from .model import FAIL, Code, Outcome
 from .reason import GENERIC_FOR
 
-CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
 GENERIC = GENERIC_FOR
 
 
@@ -87,7 +86,7 @@ def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
     node = engine.node_name(cfg)
     job = JobInfo.from_env(os.environ)
     try:
-        record = engine.run_locked(cfg, hook, hook_cfg.lock_timeout, names=CHECKS[hook], act=True,
+        record = engine.run_locked(cfg, hook, hook_cfg.lock_timeout, act=True,
                                    dry_run=dry_run, job=job, fs_timeout=hook_cfg.fs_timeout)
     except Busy as e:
         print(f"slurm-hooks {hook}: {e}; not checking this time", file=sys.stderr)

@@ -27,21 +27,31 @@ import stat
 
 from .model import SEVERITY_ORDER
 
-HELP = {
+# The run's own series; each check adds its own (its class's `series`), in between.
+_HEAD = {
     "slurm_hooks_healthy": ("gauge", "1 when the last run found the node healthy (warnings allowed), else 0."),
     "slurm_hooks_drained": ("gauge", "1 while slurm-hooks holds the node drained (its reason as a label), else 0."),
     "slurm_hooks_check_status": ("gauge", "Worst verdict of a check in the last run: 0 ok, 1 warning, 2 failing."),
     "slurm_hooks_check_duration_seconds": ("gauge", "Time the check took in the last run."),
-    "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
-    "slurm_hooks_filesystem_probe_latency_seconds": ("gauge", "Time to the probe's verdict (the deadline when hung)."),
-    "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, missing)."),
-    "slurm_hooks_stuck_tasks": ("gauge", "Processes with a task stuck in uninterruptible sleep, per job."),
-    "slurm_hooks_gpu_health": ("gauge", "Worst verdict for a GPU: 0 ok, 1 warning, 2 failing."),
+}
+_TAIL = {
     "slurm_hooks_run_duration_seconds": ("gauge", "Wall time of the last run."),
     "slurm_hooks_last_run_timestamp_seconds": ("gauge", "When the last run started (Unix time)."),
     "slurm_hooks_last_success_timestamp_seconds": ("gauge", "When the last run that was not unhealthy started."),
     "slurm_hooks_actions_total": ("counter", "Actions slurm-hooks took or tried, by kind and outcome."),
 }
+
+
+def _all_series() -> dict[str, tuple[str, str]]:
+    from .checks import REGISTRY, check_class
+    out = dict(_HEAD)
+    for name in REGISTRY:
+        out.update(check_class(name).series)
+    out.update(_TAIL)
+    return out
+
+
+HELP = _all_series()
 
 
 def escape(value) -> str:
@@ -65,32 +75,10 @@ def render(record, counters: dict, last_success: float | None, drained: str | No
         worst = max((SEVERITY_ORDER[f.severity] for f in c.findings), default=0)
         add("slurm_hooks_check_status", worst, check=c.name)
         add("slurm_hooks_check_duration_seconds", round(c.seconds, 6), check=c.name)
-    stuck: dict[str, int] = {}
-    gpus: dict[tuple, int] = {}
-    for f in record.findings:
-        if f.check == "filesystem":
-            ev = f.evidence
-            ok = 1 if f.status in ("ok", "slow") else 0
-            fstype = ev.get("fstype") or ""
-            add("slurm_hooks_filesystem_probe_ok", ok, path=f.target, fstype=fstype)
-            latency = ev.get("latency", ev.get("elapsed"))
-            if latency is not None:
-                add("slurm_hooks_filesystem_probe_latency_seconds", float(latency), path=f.target, fstype=fstype)
-            add("slurm_hooks_filesystem_probe_info", 1, path=f.target, status=f.status)
-        elif f.status in ("stuck", "stuck_after_job"):
-            key = f.job or ""
-            stuck[key] = stuck.get(key, 0) + 1
-        elif f.check == "gpu" and f.target.startswith("gpu ") and "(" in f.target:
-            idx = f.target.split()[1]
-            pci = f.target.split("(", 1)[1].rstrip(")")
-            gpus[(idx, pci)] = max(gpus.get((idx, pci), 0), SEVERITY_ORDER[f.severity])
-        if f.check == "gpu" and f.status == "ok" and "gpus" in f.evidence:
-            for g in f.evidence["gpus"]:
-                gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
-    for job, n in sorted(stuck.items()):
-        add("slurm_hooks_stuck_tasks", n, slurm_job=job)
-    for (idx, pci), v in sorted(gpus.items()):
-        add("slurm_hooks_gpu_health", v, gpu=idx, pci=pci)
+    from .checks import check_class
+    for c in record.checks:
+        for name, labels, value in check_class(c.name).samples(c.findings):
+            add(name, value, **labels)
     add("slurm_hooks_run_duration_seconds", round(record.duration, 6), hook=hook)
     add("slurm_hooks_last_run_timestamp_seconds", round(record.started, 3), hook=hook)
     if last_success is not None:

@@ -8,6 +8,8 @@ import os
 
 from .engine import COMMITTING, HEALTHY, UNHEALTHY, RunRecord, state_dir
 
+STATE = ("metrics",)        # the counters and last success the textfile carries across runs
+
 
 def record_run(cfg, record: RunRecord) -> None:
     """The sinks: journal (a run line and a line per action), syslog, Prometheus."""

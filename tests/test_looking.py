@@ -58,6 +58,17 @@ def decisions(rec: dict) -> dict:
     return {"status": rec["status"], "findings": findings, "actions": actions}
 
 
+def declared_state() -> set[str]:
+    """node/NAME.json for every state file a check, actuation, the sinks or the runner
+    says it keeps."""
+    from slurm_hooks import actuation, runner, sinks
+    from slurm_hooks.actions import LEDGER
+    from slurm_hooks.checks import REGISTRY, check_class
+    names = {n for c in REGISTRY for n in check_class(c).state}
+    names |= set(actuation.STATE) | set(sinks.STATE) | {runner.STATE_NAME, LEDGER}
+    return {f"{node}/{n}.json" for node in ("control", "looked") for n in names}
+
+
 LOOKS = [("check",), ("check", "--dry-run"), ("healthcheck", "--dry-run"), ("prolog", "--dry-run"),
          ("epilog", "--dry-run"), ("check", "filesystem"), ("check", "stuck_tasks"), ("check", "gpu"),
          ("check", "leftovers"), ("healthcheck", "--dry-run")]
@@ -107,6 +118,7 @@ def test_looks_between_real_runs_change_no_decision(world, hung_mount):
     assert decisions(second[1]) == decisions(second[0])
     # ... and what they decide is what the world says: the Xid drains, the filesystem's
     # second failure in a row drains, the task is stuck.
+    assert set(control.snapshot()) <= declared_state(), "every state file is declared by its owner"
     statuses = {(f[0], f[2]) for f in decisions(second[0])["findings"]}
     assert {("gpu", "xid_drain"), ("filesystem", "missing"), ("stuck_tasks", "stuck")} <= statuses, statuses
     assert [a[0] for a in decisions(second[0])["actions"]].count("drain") == 1
@@ -171,3 +183,26 @@ def test_check_makes_no_slurm_call(world, tmp_path):
              stuck_tasks={"grace": 1, "sample_window": 0.3})
     n.run("check")
     assert not calls.exists() or calls.read_text() == ""
+
+
+def test_every_check_declares_what_it_keeps_shows_and_exports():
+    """The check interface (checks.Check): state, series, explain keys and samples, so
+    no central module names a check."""
+    from slurm_hooks.checks import REGISTRY, Check, check_class, for_hook
+    from slurm_hooks.model import Finding
+    for name in REGISTRY:
+        cls = check_class(name)
+        assert cls.name == name
+        for attr in ("state", "series", "explain_keys", "tasks", "findings", "samples"):
+            assert hasattr(cls, attr), (name, attr)
+        assert all(s.startswith("slurm_hooks_") for s in cls.series), name
+        assert cls.samples([]) == []
+        f = Finding(name, "x", "ok", "ok", "x")
+        assert all(s[0] in cls.series for s in cls.samples([f])), name
+        _: Check = cls()            # the Protocol, for the type checker
+    assert for_hook("healthcheck") == ["filesystem", "stuck_tasks", "gpu"]
+    assert for_hook("prolog") == ["filesystem", "gpu"]
+    assert for_hook("epilog") == ["filesystem", "leftovers", "gpu"]
+    for module in ("metrics", "explain"):
+        text = (ROOT / "slurm_hooks" / f"{module}.py").read_text()
+        assert not [n for n in REGISTRY if f'== "{n}"' in text or f'"{n}": (' in text], f"{module}.py branches on a check"

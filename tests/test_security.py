@@ -547,7 +547,7 @@ def test_metrics_are_never_written_through_a_users_directory_or_link(mallory, tm
         config = configure(tmp_path, prometheus_textfile_dir=str(directory), filesystems=[
             {"path": str(tmp_path)}], stuck_tasks={"enabled": False})
         rec = healthcheck(config)
-        assert [w for w in rec["warnings"] if "not written" in w and str(directory) in w], rec["warnings"]
+        assert [w for w in rec["local_errors"] if "not written" in w and str(directory) in w], rec["local_errors"]
         assert not (directory / "slurm_hooks_n1.prom").exists()
     assert victim.read_text() == "precious\n"
     ours = tmp_path / "ours"

@@ -1,6 +1,13 @@
-"""Checks: one module per check, each behind the same small interface.
+"""Checks: one module per check, each behind the same small interface (`Check`).
 
-A check is a class with a `name` and two methods:
+The list of checks lives here, in REGISTRY, and nowhere else: its order is the order
+they run in, and each entry says which runs include the check by default (so choosing
+the checks of a prolog imports no module it does not run). Each check class declares
+the rest itself (`Check` below): the state files it keeps, its Prometheus series and
+the evidence `slurm-hooks explain` shows, so metrics.py and explain.py never name a
+check.
+
+A check runs in two phases:
 
     tasks(ctx) -> list[runner.Task]
         Work that may block on a suspect resource (a filesystem, the GPU driver). The
@@ -9,32 +16,76 @@ A check is a class with a `name` and two methods:
     findings(ctx, outcomes) -> list[Finding]
         Turns the task outcomes (and safe reads done in the parent) into findings.
 
-Checks never spawn processes themselves and never talk to Slurm or write the journal:
-they can run alone (`slurm-hooks check NAME`) with no side effects. The framework times
-every check the same way and turns a crashing check into a finding, not a crash.
+Checks never spawn processes themselves, never talk to Slurm's write side and never
+write the journal. What they save in `ctx.state` is what they would keep: the store is
+staged and the engine commits it only for a real health check, prolog or epilog, so
+`slurm-hooks check NAME` and every --dry-run change nothing. The framework times every
+check the same way and turns a crashing check into a finding, not a crash.
 """
 from __future__ import annotations
 
 import importlib
 import time
+from typing import TYPE_CHECKING, Protocol
 
 from ..model import WARN, CheckRun, Finding
 
-# name -> module. Modules are imported only when their check runs, to keep the
-# health check's start-up cost down.
-REGISTRY = {
-    "filesystem": "slurm_hooks.checks.filesystem",
-    "stuck_tasks": "slurm_hooks.checks.stuck_tasks",
-    "gpu": "slurm_hooks.checks.gpu",
-    "leftovers": "slurm_hooks.checks.leftovers",
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..hooks import JobInfo
+    from ..mounts import MountTable
+    from ..runner import Outcome, Runner, Task
+    from ..state import StateStore
+
+# One Prometheus sample a check contributes: (series, labels besides `node`, value).
+Sample = tuple[str, dict, float]
+
+
+class Check(Protocol):
+    """What every check is (node_exporter's collector, GPUd's component)."""
+    name: str
+    # State files (under state_dir/NODE/) the check keeps between runs.
+    state: tuple[str, ...]
+    # Its Prometheus series: name -> (type, help).
+    series: dict[str, tuple[str, str]]
+    # Evidence keys `slurm-hooks explain` shows for its failing findings, in order.
+    explain_keys: tuple[str, ...]
+
+    def tasks(self, ctx: Context) -> list[Task]: ...
+
+    def findings(self, ctx: Context, outcomes: dict[str, Outcome]) -> list[Finding]: ...
+
+    def samples(self, findings: list[Finding]) -> list[Sample]: ...
+
+
+# name -> (module, the runs that include it by default). `check` with no name runs
+# the checks marked "check"; a check can always be named.
+REGISTRY: dict[str, tuple[str, tuple[str, ...]]] = {
+    "filesystem": ("slurm_hooks.checks.filesystem", ("check", "healthcheck", "prolog", "epilog")),
+    "stuck_tasks": ("slurm_hooks.checks.stuck_tasks", ("check", "healthcheck")),
+    "leftovers": ("slurm_hooks.checks.leftovers", ("epilog",)),
+    "gpu": ("slurm_hooks.checks.gpu", ("check", "healthcheck", "prolog", "epilog")),
 }
+
+
+def for_hook(hook: str) -> list[str]:
+    """The checks a run of `hook` (check, healthcheck, prolog, epilog) includes."""
+    return [name for name, (_, hooks) in REGISTRY.items() if hook in hooks]
+
+
+def check_class(name: str) -> type:
+    try:
+        module = importlib.import_module(REGISTRY[name][0])
+    except KeyError:
+        raise ValueError(f"unknown check {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    return module.CHECK
 
 
 class Context:
     """What a check may read: configuration, node identity, mounts, local state."""
 
-    def __init__(self, config, node: str, state, runner, hook: str = "check", job=None,
-                 fs_timeout: float | None = None):
+    def __init__(self, config: Config, node: str, state: StateStore, runner: Runner, hook: str = "check",
+                 job: JobInfo | None = None, fs_timeout: float | None = None):
         self.config = config
         self.node = node
         self.state = state
@@ -43,26 +94,25 @@ class Context:
         self.job = job               # hooks.JobInfo in the prolog and epilog
         self.fs_timeout = fs_timeout  # a hook's shorter filesystem deadline
         self.notes: list[str] = []   # things a reader of the report should know
-        self._mounts = None
+        self._mounts: MountTable | None = None
 
     @property
-    def mounts(self):
+    def mounts(self) -> MountTable:
         if self._mounts is None:
             from ..mounts import MountTable
             self._mounts = MountTable.current()
         return self._mounts
 
 
-def load(name: str):
-    try:
-        module = importlib.import_module(REGISTRY[name])
-    except KeyError:
-        raise ValueError(f"unknown check {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
-    return module.CHECK()
+def load(name: str) -> Check:
+    return check_class(name)()
 
 
 def run_checks(ctx: Context, names: list[str]) -> list[CheckRun]:
-    checks, tasks, spent, errors = [], [], {}, {}
+    checks: list[Check] = []
+    tasks: list[Task] = []
+    spent: dict[str, float] = {}
+    errors: dict[str, str] = {}
     for name in names:
         t0 = time.monotonic()
         check = load(name)

@@ -160,6 +160,27 @@ def probe_read(progress, directory: str) -> dict:
 # --- the check -----------------------------------------------------------------------
 class FilesystemCheck:
     name = NAME
+    state: tuple[str, ...] = ()       # a stuck probe is the runner's to remember
+    series = {
+        "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
+        "slurm_hooks_filesystem_probe_latency_seconds": ("gauge", "Time to the probe's verdict (the deadline when hung)."),
+        "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, missing)."),
+    }
+    explain_keys = ("mountpoint", "fstype", "mode", "step", "errno", "latency", "timeout", "since")
+
+    @staticmethod
+    def samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
+        out: list[tuple[str, dict, float]] = []
+        for f in findings:
+            fstype = f.evidence.get("fstype") or ""
+            out.append(("slurm_hooks_filesystem_probe_ok", {"path": f.target, "fstype": fstype},
+                        1 if f.status in ("ok", "slow") else 0))
+            latency = f.evidence.get("latency", f.evidence.get("elapsed"))
+            if latency is not None:
+                out.append(("slurm_hooks_filesystem_probe_latency_seconds", {"path": f.target, "fstype": fstype},
+                            float(latency)))
+            out.append(("slurm_hooks_filesystem_probe_info", {"path": f.target, "status": f.status}, 1))
+        return out
 
     def __init__(self):
         self._targets: list[Target] = []

@@ -96,6 +96,25 @@ def who(g: dict) -> str:
 
 class GpuCheck:
     name = NAME
+    state = ("gpu-counters", "gpu-inventory", "gres", "kmsg-xid", "gpu-jobs", "gpu-xids", "gpu-idle")
+    series = {"slurm_hooks_gpu_health": ("gauge", "Worst verdict for a GPU: 0 ok, 1 warning, 2 failing.")}
+    explain_keys = ("index", "pci", "name", "xid", "meaning", "kernel_log", "recovery_action", "ecc_uncorrected_volatile",
+                    "remapped_rows", "memory_used_mib", "pids", "busy", "count", "visible", "expected", "missing", "call")
+
+    @staticmethod
+    def samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
+        """slurm_hooks_gpu_health{gpu,pci}: each GPU's worst verdict this run."""
+        from ..model import SEVERITY_ORDER
+        gpus: dict[tuple[str, str], int] = {}
+        for f in findings:
+            if f.target.startswith("gpu ") and "(" in f.target:
+                idx = f.target.split()[1]
+                pci = f.target.split("(", 1)[1].rstrip(")")
+                gpus[(idx, pci)] = max(gpus.get((idx, pci), 0), SEVERITY_ORDER[f.severity])
+            if f.status == "ok" and "gpus" in f.evidence:
+                for g in f.evidence["gpus"]:
+                    gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
+        return [("slurm_hooks_gpu_health", {"gpu": idx, "pci": pci}, v) for (idx, pci), v in sorted(gpus.items())]
 
     def __init__(self, sysfs: str = "/sys/bus/pci/devices"):
         self.sysfs = sysfs

@@ -22,7 +22,7 @@ import time
 from .. import procfs
 from ..jobs import from_cgroup
 from ..model import WARN, Finding
-from .stuck_tasks import StuckTasksCheck
+from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
 NAME = "leftovers"
 SETTLE = 0.3     # a task being killed right now gets this long to disappear
@@ -58,6 +58,10 @@ def gpu_process_owner(pid: int, job: str, node: str, proc: str = procfs.PROC) ->
 
 class LeftoversCheck:
     name = NAME
+    state: tuple[str, ...] = ()
+    series = STUCK_SERIES
+    explain_keys = ("job", "pid", "tids", "comm", "syscall", "file", "mountpoint", "fstype", "cause", "wchan", "stack")
+    samples = staticmethod(stuck_samples)
 
     def __init__(self, proc: str = procfs.PROC):
         self.proc = proc

@@ -240,8 +240,26 @@ def rank_from(values: dict) -> str | None:
             or values.get("PMI_RANK"))
 
 
+STUCK_SERIES = {"slurm_hooks_stuck_tasks": ("gauge", "Processes with a task stuck in uninterruptible sleep, per job.")}
+
+
+def stuck_samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
+    """slurm_hooks_stuck_tasks{slurm_job}: processes stuck in D, per Slurm job ("" outside
+    jobs). `slurm_job`, not `job`, which the scrape's own label would clash with."""
+    per_job: dict[str, int] = {}
+    for f in findings:
+        if f.status in ("stuck", "stuck_after_job"):
+            per_job[f.job or ""] = per_job.get(f.job or "", 0) + 1
+    return [("slurm_hooks_stuck_tasks", {"slurm_job": job}, n) for job, n in sorted(per_job.items())]
+
+
 class StuckTasksCheck:
     name = NAME
+    state = (STATE,)
+    series = STUCK_SERIES
+    explain_keys = ("job", "step", "rank", "pid", "tids", "comm", "seconds", "syscall", "file", "mountpoint",
+                    "fstype", "cause", "wchan", "stack", "cmdline", "kernel_log", "idle_gpu")
+    samples = staticmethod(stuck_samples)
 
     def __init__(self, proc: str = procfs.PROC):
         self.proc = proc
