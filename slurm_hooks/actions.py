@@ -215,13 +215,13 @@ def _refused(action: Action, info: dict) -> ActionResult | None:
     return None
 
 
-def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict | None, ActionResult | None]:
+def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult | None]:
     """(the id to act on, Slurm's record, a refusal or None)."""
-    info = slurm.show_job(action.job)
+    job = action.job or ""
+    info = slurm.show_job(job)
     if info is None:
-        return action.job, None, ActionResult(action, FAILED, f"job {action.job} is not known to Slurm",
-                                                    code=Code.UNKNOWN_JOB)
-    return job_address(info, action.job), info, _refused(action, info)
+        return job, {}, ActionResult(action, FAILED, f"job {job} is not known to Slurm", code=Code.UNKNOWN_JOB)
+    return job_address(info, job), info, _refused(action, info)
 
 
 def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
@@ -249,8 +249,8 @@ def _running_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult 
     """(the id to act on, Slurm's record, a result that ends the action here or None):
     the job must be Slurm's, this node's and the task user's, and not ended."""
     job, info, refused = _show_job(action, slurm)
-    if refused is not None or info is None:
-        return job, info or {}, refused
+    if refused is not None:
+        return job, info, refused
     state = info.get("JobState", "")
     if state in TERMINAL:
         return job, info, ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)

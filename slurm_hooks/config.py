@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
 ENV_VAR = "SLURM_HOOKS_CONFIG"
@@ -40,7 +41,9 @@ def setting(default=MISSING, kind="str", doc="", **rules):
     if kind == "section":
         return field(default_factory=rules["cls"], metadata=meta)
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
+        def copy(d: Any = default) -> Any:
+            return type(d)(d)
+        return field(default_factory=copy, metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -674,7 +677,9 @@ class _Validator:
             if not isinstance(node, yaml.SequenceNode):
                 self.fail(node, key, f"must be a list, got {_describe(node, yaml)}")
                 return False, None
-            items, seen, unique = [], {}, meta.get("unique")
+            items: list = []
+            seen: dict = {}
+            unique = meta.get("unique")
             for i, item in enumerate(node.value):
                 obj = self.section(item, meta["item"], f"{key}[{i}]")
                 if obj is None:
@@ -703,13 +708,13 @@ class _Validator:
             if not isinstance(node, yaml.MappingNode):
                 self.fail(node, key, f"must be a mapping, got {_describe(node, yaml)}")
                 return False, None
-            out = {}
+            mapping: dict = {}
             for knode, vnode in node.value:
                 ok_k, k = self.scalar(knode, {"kind": meta["key_kind"]}, f"{key} key")
                 ok_v, v = self.value(vnode, meta["value"], f"{key}.{knode.value}")
                 if ok_k and ok_v:
-                    out[k] = v
-            return True, out
+                    mapping[k] = v
+            return True, mapping
         if not isinstance(node, yaml.ScalarNode):
             self.fail(node, key, f"must be a single value, got {_describe(node, yaml)}")
             return False, None

@@ -187,7 +187,7 @@ def _ranges(ranks: list[str]) -> str:
     for n in nums:
         if start is None:
             start = prev = n
-        elif n == prev + 1:
+        elif prev is not None and n == prev + 1:
             prev = n
         else:
             out.append(f"{start}-{prev}" if prev != start else str(start))
@@ -258,7 +258,7 @@ def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
     call = main.get("syscall") or ""
     if main.get("state") == "R" or call == "running":
         what = "running on a CPU" if activity == "busy" else "running"
-        key = ("k", activity, "running")
+        key: tuple[str, ...] = ("k", activity, "running")
     else:
         wchan = main.get("wchan") or "?"
         what = f"{activity} in {call or '?'}() at {wchan}"

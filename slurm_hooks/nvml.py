@@ -327,7 +327,7 @@ def _proc_minors(root: str = PROC_DRIVER) -> dict[str, int]:
     """pci -> device minor number from the driver's own /proc files, for a GPU whose
     NVML minor-number query fails (read here, in the child: the driver may hang)."""
     from .xid import normalise_pci
-    out = {}
+    out: dict[str, int] = {}
     try:
         names = os.listdir(root)
     except OSError:

@@ -72,14 +72,15 @@ def _job_only(findings: list[Finding], node: str, prefix: str, actions_cfg) -> l
         if not f.job_action or f.job is None or f.severity == FAIL:
             continue
         text = one_line(f"{prefix} node {node}: {f.summary}")[:COMMENT_LIMIT]
-        common = dict(node=node, job=f.job, text=text, incident=f.incident or f.target,
-                      uid=_uid([f]), job_only=True)
+        def about_job(kind: str, fallback: str = "") -> Action:
+            return Action(kind, node=node, job=f.job, text=text, incident=f.incident or f.target,
+                          uid=_uid([f]), job_only=True, fallback=fallback)
         if actions_cfg.comment_job:
-            out.append(Action("comment", **common))
+            out.append(about_job("comment"))
         if f.job_action == "cancel":
-            out.append(Action("cancel", **common))
+            out.append(about_job("cancel"))
         elif f.job_action == "requeue" and actions_cfg.requeue_job:
-            out.append(Action("requeue", fallback=actions_cfg.requeue_fallback, **common))
+            out.append(about_job("requeue", actions_cfg.requeue_fallback))
     return out
 
 

@@ -128,7 +128,7 @@ def list_pids(proc: str = PROC) -> list[str]:
 
 def thread_count(proc: str = PROC) -> int:
     """Threads on the system, from /proc/loadavg's runnable/total field (one read)."""
-    data = read_small(f"{proc}/loadavg")
+    data = read_small(f"{proc}/loadavg") or b""
     try:
         return int(data.split()[3].split(b"/")[1])
     except (AttributeError, IndexError, ValueError):

@@ -243,9 +243,10 @@ class Runner:
             except InterruptedError:
                 continue
             for fd, _ in events:
-                child = pending.get(fd)
-                if child is None:
+                found = pending.get(fd)
+                if found is None:
                     continue
+                child = found
                 if self._read(child):
                     continue
                 # EOF: the child closed its end, it has finished (or died).

@@ -59,13 +59,13 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     keys when not given), so "Reason=disk a=b broken" stays whole.
     """
     out: dict[str, str] = {}
-    current = None
+    current: str | None = None
     node = line.startswith("NodeName=")
     for piece in _TOKEN.split(line.strip()):
         key, sep, value = piece.partition("=")
         if current in FREE_TEXT and (not sep or (known is not None and key not in known)
                                      or (known is None and _looks_like_text(key, out))
-                                     or (node and current == "Reason" and not _STAMP.search(out[current]))):
+                                     or (node and current == "Reason" and not _STAMP.search(out["Reason"]))):
             # A node's reason always ends with Slurm's [user@time] stamp, and may hold
             # words that look like keys: `Kill task failed (JobId=7 StepId=0)`.
             out[current] += " " + piece

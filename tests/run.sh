@@ -21,4 +21,7 @@ fi
 python=${PYTHON:-/usr/bin/python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 .venv/bin/pip install -q --disable-pip-version-check '.[test]'
+# The linter and the type checker first: both must pass before any test runs.
+.venv/bin/ruff check slurm_hooks/
+.venv/bin/mypy slurm_hooks/
 exec .venv/bin/python -m pytest "$@"

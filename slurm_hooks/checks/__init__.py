@@ -55,7 +55,10 @@ class Check(Protocol):
 
     def findings(self, ctx: Context, outcomes: dict[str, Outcome]) -> list[Finding]: ...
 
-    def samples(self, findings: list[Finding]) -> list[Sample]: ...
+    @staticmethod
+    def samples(findings: list[Finding]) -> list[Sample]:
+        """Its Prometheus samples from its findings of one run (no instance needed)."""
+        ...
 
 
 # name -> (module, the runs that include it by default). `check` with no name runs
@@ -73,7 +76,7 @@ def for_hook(hook: str) -> list[str]:
     return [name for name, (_, hooks) in REGISTRY.items() if hook in hooks]
 
 
-def check_class(name: str) -> type:
+def check_class(name: str) -> type[Check]:
     try:
         module = importlib.import_module(REGISTRY[name][0])
     except KeyError:

@@ -68,7 +68,7 @@ def targets(cfg, mounts) -> list[Target]:
 
 # --- what runs in the child -----------------------------------------------------------
 def _oserror(step: str, e: OSError) -> dict:
-    name = errno.errorcode.get(e.errno, str(e.errno))
+    name = errno.errorcode.get(e.errno or 0, str(e.errno))
     return {"ok": False, "step": step, "errno": name, "message": e.strerror or str(e)}
 
 

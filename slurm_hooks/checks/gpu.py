@@ -71,7 +71,7 @@ def parse_gres_gpus(gres: str) -> int | None:
 
 def pci_gpus(sysfs: str = "/sys/bus/pci/devices") -> set[str]:
     """NVIDIA display/3D controllers on the PCI bus, whatever NVML thinks of them."""
-    out = set()
+    out: set[str] = set()
     try:
         names = os.listdir(sysfs)
     except OSError:
@@ -223,7 +223,7 @@ class GpuCheck:
         """GPU index (this run's) -> (the job using it on this node, its pids on the GPU)."""
         from ..jobs import from_cgroup
         from ..procfs import text
-        out = {}
+        out: dict[int, tuple[JobRef, list[int]]] = {}
         for g in gpus:
             for p in (g.get("processes") or []) + (g.get("mps_processes") or []):
                 cg = text(f"/proc/{p['pid']}/cgroup")

@@ -79,8 +79,8 @@ class LeftoversCheck:
         stuck_check = StuckTasksCheck(self.proc)
         out = []
         for pid in pids:
-            samples = [procfs.sample(pid, int(t), self.proc) for t in _tids(self.proc, pid)]
-            samples = [s for s in samples if s is not None]
+            samples = [s for s in (procfs.sample(pid, int(t), self.proc) for t in _tids(self.proc, pid))
+                       if s is not None]
             if not samples:
                 continue                      # it ended meanwhile
             stuck = [s for s in samples if s.state == "D"]

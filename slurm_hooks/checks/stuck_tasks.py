@@ -163,7 +163,7 @@ def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
         out["cmdline"] = data.replace(b"\0", b" ").decode("utf-8", "replace").strip()
     else:
         skipped.append("command line")
-    paths = []
+    paths: list[str | None] = []
     if addrs:
         progress("mem")
         with open(f"{proc}/{pid}/mem", "rb", buffering=0) as mem:
@@ -312,7 +312,9 @@ class StuckTasksCheck:
         seen = [(a, b) for a, b in self._resample(ctx, previous) if a.switches == b.switches]
         now = time.time()
         kernel = self._kernel_lines(ctx, [b for _, b in seen]) if seen else {}
-        state, watching, stuck = {}, [], {}
+        state: dict[str, dict] = {}
+        watching: list[tuple[procfs.TaskSample, float]] = []
+        stuck: dict[int, list[tuple[procfs.TaskSample, float]]] = {}
         for _, b in seen:
             entry = previous.get(b.key)
             if entry and tuple(entry.get("switches", ())) == b.switches:
@@ -404,7 +406,7 @@ class StuckTasksCheck:
 
     def diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
         results: list[Stuck] = []
-        tasks = []
+        tasks: list[Task | None] = []
         listpids = None
         inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith(f"{NAME}:inspect:"))
         for pid, items in sorted(stuck.items()):
