@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 from . import procfs
 from .checks.stuck_tasks import rank_from, read_task_memory, syscall_of
-from .jobs import JobRef, from_cgroup
+from .jobs import JobRef, of_pid
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable
 from .runner import DONE, Runner, Task, run_command
@@ -122,15 +122,14 @@ def _search_pyspy() -> str | None:
 def job_tasks(job: str, node: str, proc: str = procfs.PROC) -> list[tuple[int, JobRef]]:
     """(pid, JobRef) of the job's processes on this node, outside the extern step and
     outside the step this process runs in (the collector's own)."""
-    own = from_cgroup(procfs.text(f"{proc}/self/cgroup") or "")
+    own = of_pid("self", proc)
     me = os.getpid()
     out = []
     for name in procfs.list_pids(proc):
         pid = int(name)
         if pid == me:
             continue
-        text = procfs.text(f"{proc}/{pid}/cgroup")
-        ref = from_cgroup(text) if text else None
+        ref = of_pid(pid, proc)
         if ref is None or ref.job != job or not ref.belongs_to(node):
             continue
         if ref.step in (None, "extern"):

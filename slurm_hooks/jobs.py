@@ -57,6 +57,14 @@ def from_cgroup(text: str) -> JobRef | None:
     return best
 
 
+def of_pid(pid: int | str, proc: str = "/proc") -> JobRef | None:
+    """The job of a process from its /proc/PID/cgroup (a read that is safe on any
+    process, one in D state too); None outside any job or when it is gone."""
+    from .procfs import text
+    data = text(f"{proc}/{pid}/cgroup")
+    return from_cgroup(data) if data else None
+
+
 def _precision(ref: JobRef) -> int:
     return (ref.step is not None) + (ref.task is not None)
 

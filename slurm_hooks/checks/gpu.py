@@ -221,13 +221,11 @@ class GpuCheck:
 
     def _jobs(self, ctx, gpus: list[dict]) -> dict[int, tuple[JobRef, list[int]]]:
         """GPU index (this run's) -> (the job using it on this node, its pids on the GPU)."""
-        from ..jobs import from_cgroup
-        from ..procfs import text
+        from ..jobs import of_pid
         out: dict[int, tuple[JobRef, list[int]]] = {}
         for g in gpus:
             for p in (g.get("processes") or []) + (g.get("mps_processes") or []):
-                cg = text(f"/proc/{p['pid']}/cgroup")
-                ref = from_cgroup(cg) if cg else None
+                ref = of_pid(p["pid"])
                 if ref is None or not ref.belongs_to(ctx.node):
                     continue
                 if g["index"] not in out:

@@ -20,7 +20,7 @@ import os
 import time
 
 from .. import procfs
-from ..jobs import from_cgroup
+from ..jobs import of_pid
 from ..model import WARN, Finding
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
@@ -31,8 +31,7 @@ SETTLE = 0.3     # a task being killed right now gets this long to disappear
 def job_pids(job: str, node: str, proc: str = procfs.PROC) -> list[int]:
     out = []
     for pid in procfs.list_pids(proc):
-        text = procfs.text(f"{proc}/{pid}/cgroup")
-        ref = from_cgroup(text) if text else None
+        ref = of_pid(pid, proc)
         if ref is not None and ref.job == job and ref.belongs_to(node):
             out.append(int(pid))
     return out
@@ -44,8 +43,7 @@ MPS_SERVER = "nvidia-cuda-mps-server"
 def gpu_process_owner(pid: int, job: str, node: str, proc: str = procfs.PROC) -> tuple[str, str]:
     """(kind, label) of a process NVML lists on a GPU: kind is "this_job", "other_job",
     "mps_server" (NVIDIA's MPS server, which runs outside any job) or "no_job"."""
-    text = procfs.text(f"{proc}/{pid}/cgroup")
-    ref = from_cgroup(text) if text else None
+    ref = of_pid(pid, proc)
     if ref is not None and ref.belongs_to(node):
         if ref.job == job:
             return "this_job", f"pid {pid} (job {ref.job})"

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import procfs, syscalls
-from ..jobs import JobRef, from_cgroup
+from ..jobs import JobRef, of_pid
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
 from ..reason import printable, shorten_path
@@ -393,8 +393,7 @@ class StuckTasksCheck:
         return lines
 
     def _cgroup_ref(self, pid: int) -> JobRef | None:
-        text = procfs.text(f"{self.proc}/{pid}/cgroup")
-        return from_cgroup(text) if text else None
+        return of_pid(pid, self.proc)
 
     def _ref(self, pid: int, uid: int) -> JobRef | None:
         """The job from the cgroup, when the cgroup's uid_U is the task's own uid: a
