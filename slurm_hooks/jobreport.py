@@ -8,8 +8,9 @@ links: procfs.py) and leaves everything else to children with deadlines (runner.
 
 - the environment (for the rank) and the command line: stuck_tasks.read_task_memory,
   anonymous memory only, each read bounded;
-- CPU time over a short sample: psutil, in a child (psutil reads /proc files too, but
-  a library is no place to guess which reads are safe on a D-state task);
+- CPU time over a short sample and resident memory: psutil, in a child (psutil reads
+  /proc files too, but a library is no place to guess which reads are safe on a
+  D-state task: it belongs behind a deadline, never in this process);
 - the GPUs and the processes on them: NVML, only ever in a child (nvml.py);
 - Python stacks of every thread: `py-spy dump --nonblocking`, an optional program run
   with a deadline. --nonblocking reads the target's memory without stopping it, so the
@@ -74,6 +75,7 @@ class TaskInfo:
     local_rank: str | None = None
     cmdline: str = ""
     cpu_percent: float | None = None   # over the sample, all threads together
+    rss_mib: float | None = None       # resident memory (psutil, in the sampling child)
     threads: list[ThreadInfo] = field(default_factory=list)
     gpus: list[dict] = field(default_factory=list)     # index, utilization, memory_used_mib, used_mib
     python: bool = False
@@ -141,13 +143,16 @@ def job_tasks(job: str, node: str, proc: str = procfs.PROC) -> list[tuple[int, J
 
 
 def _cpu_sample(progress, pids: list[int], seconds: float) -> dict:
-    """pid -> CPU percent over `seconds` (user + system, all threads)."""
+    """In a child: {"cpu": pid -> CPU percent over `seconds` (user + system, all
+    threads), "rss_mib": pid -> resident memory}."""
     import psutil
-    first = {}
+    first, rss = {}, {}
     for pid in pids:
         try:
-            t = psutil.Process(pid).cpu_times()
+            p = psutil.Process(pid)
+            t = p.cpu_times()
             first[pid] = t.user + t.system
+            rss[str(pid)] = round(p.memory_info().rss / (1 << 20), 1)
         except psutil.Error:
             continue
     t0 = time.monotonic()
@@ -159,7 +164,7 @@ def _cpu_sample(progress, pids: list[int], seconds: float) -> dict:
         except psutil.Error:
             continue
         out[str(pid)] = round(100.0 * (t.user + t.system - before) / max(time.monotonic() - t0, 1e-3), 1)
-    return out
+    return {"cpu": out, "rss_mib": rss}
 
 
 def _nvml(progress) -> dict:
@@ -326,7 +331,8 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     cpu = outcomes["jobreport:cpu"]
     if cpu.status == DONE:
         for pid, info in infos.items():
-            info.cpu_percent = cpu.value.get(str(pid))
+            info.cpu_percent = cpu.value["cpu"].get(str(pid))
+            info.rss_mib = cpu.value["rss_mib"].get(str(pid))
     else:
         report.notes.append(f"CPU sample: {cpu.status}: {cpu.error}")
     _gpus(report, infos, outcomes["jobreport:nvml"])

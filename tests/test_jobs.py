@@ -1,7 +1,7 @@
 """Attribution of processes to Slurm jobs from their cgroup paths."""
 from __future__ import annotations
 
-from slurm_hooks.jobs import JobRef, from_cgroup, parse_listpids
+from slurm_hooks.jobs import JobRef, from_cgroup, of_pid, parse_listpids
 
 V1 = """12:pids:/slurm/uid_1000/job_1234/step_0/task_3
 11:freezer:/slurm/uid_1000/job_1234/step_0
@@ -33,7 +33,21 @@ def test_cgroup_v2_single_and_multiple_slurmd():
 
 
 def test_single_slurmd_paths_belong_to_any_node_name():
-    assert from_cgroup(V1).belongs_to("whatever")
+    # /slurm/ (one slurmd on the host) names no node; /slurm_n2/ names n2 only.
+    ref = from_cgroup(V1)
+    assert ref.node is None and ref.belongs_to("n1") and ref.belongs_to("gpu042")
+    assert from_cgroup(V1.replace("/slurm/", "/slurm_n2/")).node == "n2"
+    assert not from_cgroup(V1.replace("/slurm/", "/slurm_n2/")).belongs_to("n1")
+
+
+def test_of_pid_reads_the_process_cgroup(tmp_path):
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "cgroup").write_text(V1_MULTI)
+    (tmp_path / "43").mkdir()
+    (tmp_path / "43" / "cgroup").write_text(NOT_A_JOB)
+    assert of_pid(42, str(tmp_path)) == JobRef(job="77", step="batch", uid=0, node="n2")
+    assert of_pid(43, str(tmp_path)) is None
+    assert of_pid(44, str(tmp_path)) is None            # gone
 
 
 def test_outside_any_job():
@@ -61,3 +75,28 @@ def test_only_paths_rooted_where_slurm_puts_jobs_count():
     for text in SPOOFED:
         assert from_cgroup(text) is None, text
     assert from_cgroup(SPOOFED[0] + V1_MULTI).job == "77"       # the real one still counts
+
+
+def test_cpu_and_memory_of_a_jobs_tasks_come_from_psutil_in_the_child():
+    """job-report's sample (run in a child with a deadline): CPU over the window and
+    resident memory, for each pid still there."""
+    import os
+    import time
+
+    from slurm_hooks.jobreport import _cpu_sample
+    from slurm_hooks.runner import DONE, Runner, Task
+
+    busy = os.fork()
+    if busy == 0:
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+    try:
+        o = Runner().run([Task("t:cpu", _cpu_sample, ([busy, os.getpid(), 999999999], 0.3), 5.0)])["t:cpu"]
+    finally:
+        os.kill(busy, 9)
+        os.waitpid(busy, 0)
+    assert o.status == DONE
+    assert o.value["cpu"][str(busy)] > 50 and str(999999999) not in o.value["cpu"]
+    assert o.value["rss_mib"][str(os.getpid())] > 5

@@ -101,3 +101,10 @@ def test_both_health_check_programs_treat_a_bad_config_alike(tmp_path):
         assert "filesystems[0].timeout: must be > 0 seconds, got -3" in r.stderr
         assert "job" not in r.stderr.splitlines()[0]
     assert [(x["hook"], x["status"]) for x in journal(tmp_path)] == [("healthcheck", "config_error")] * 2
+
+
+def test_status_exits_1_when_it_cannot_ask_slurm(tmp_path, syslog):
+    """As the README says: `status` judges no node itself; 1 means Slurm did not answer."""
+    cfg = config(tmp_path, syslog)
+    r = subprocess.run([str(SLURM_HOOKS), "-c", cfg, "status"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "slurm-hooks status: cannot ask Slurm: scontrol not found" in r.stderr
