@@ -14,16 +14,21 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from .model import FAIL, ActionResult, Code, Finding, Outcome
 from .reason import GENERIC_FOR
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .state import StateStore
 
 BREAKER_FRESH = 600.0
 # The state files actuation keeps (the ledger is actions.LEDGER, "actions-done").
 STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot", "boot", "breaker")
 
 
-def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
+def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
                  hook: str = "healthcheck", started: float | None = None,
                  others_failing: str | None = None) -> list[ActionResult]:
     """Policy, breaker, spool and ledger around the Slurm backend (see actions.py).
@@ -115,7 +120,7 @@ def _boot_id() -> str:
         return ""
 
 
-def _new_boot(state) -> bool:
+def _new_boot(state: StateStore) -> bool:
     """True once per boot: a node whose state_dir did not survive the reboot (diskless)
     must still learn from Slurm that it is DOWN after a reboot of ours."""
     now = _boot_id()
@@ -167,7 +172,7 @@ def _reboot_record(reboot: dict, results) -> dict:
 
 
 
-def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
+def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
     """The prolog takes no action itself: Slurm drains the node and requeues the job
     when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
     The breaker is honoured from the health checks' latest cluster view: the prolog
@@ -190,7 +195,7 @@ def _prolog_actions(actions, state, dry_run: bool, report_only: bool = False) ->
 PICTURE_SHARE = 0.5
 
 
-def _job_picture(cfg, actions, slurm) -> None:
+def _job_picture(cfg: Config, actions, slurm) -> None:
     """Before a job is requeued, the job-wide picture (diagnose.py) joins the diagnosis
     recorded on it, so the post-mortem shows what the other ranks were doing. It lives
     inside the run's action deadline: at most half of what is left of it."""
@@ -211,14 +216,14 @@ def _job_picture(cfg, actions, slurm) -> None:
                 a.text = f"{a.text}; {line}" if a.text else line
 
 
-def _cached_breaker(state) -> str | None:
+def _cached_breaker(state: StateStore) -> str | None:
     breaker = state.load("breaker")
     if breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
         return breaker.get("why", "drain-storm breaker open")
     return None
 
 
-def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> list:
+def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: StateStore, hook: str = "healthcheck") -> list:
     """[(action, why)] for the actions the drain-storm breaker holds back."""
     # A job's own problem (job_only) costs the node nothing and is never held back.
     risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
@@ -253,7 +258,7 @@ def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "
     return [(a, why) for a in risky] if why else []
 
 
-def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
+def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateStore) -> list:
     """Simultaneous health checks all pass the breaker's check, then all drain: after
     our own drain, read the cluster again and step back when beyond the limit in the
     breaker's stable order (breaker.py)."""

@@ -15,9 +15,13 @@ waited for.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .reason import one_line
 from .runner import DONE, Task
+
+if TYPE_CHECKING:
+    from .config import BesideConfig
 
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TAIL = 400
@@ -34,7 +38,7 @@ def _run_other(progress, argv: list, timeout: float, env: dict) -> dict:
 class Beside:
     """Starts the other health check at once; `finish` collects its verdict."""
 
-    def __init__(self, cfg, runner, environ=None):
+    def __init__(self, cfg: BesideConfig, runner, environ=None):
         environ = os.environ if environ is None else environ
         self.name = cfg.name
         self.timeout = cfg.timeout

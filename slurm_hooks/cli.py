@@ -7,8 +7,12 @@ HealthCheckProgram is run by slurmd with no arguments, so it gets its own execut
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     raise AssertionError(args.command)
 
 
-def _check(cfg, args) -> int:
+def _check(cfg: Config, args) -> int:
     from . import engine, report
     from .checks import REGISTRY
     unknown = [n for n in args.names if n not in REGISTRY]
@@ -144,7 +148,7 @@ def _check(cfg, args) -> int:
     return record.exit_code()
 
 
-def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
+def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
     from . import engine, report, sinks
     from .lock import Busy
     try:
@@ -157,7 +161,7 @@ def _healthcheck(cfg, dry_run: bool, as_json: bool = False) -> int:
     return record.exit_code()
 
 
-def _status(cfg, as_json: bool) -> int:
+def _status(cfg: Config, as_json: bool) -> int:
     import json
 
     from .slurm import Slurm, SlurmError
@@ -171,7 +175,7 @@ def _status(cfg, as_json: bool) -> int:
     return EXIT_OK
 
 
-def _explain(cfg, node: str | None, runs: int) -> int:
+def _explain(cfg: Config, node: str | None, runs: int) -> int:
     from . import engine, journal
     from .explain import explain
     from .state import StateStore

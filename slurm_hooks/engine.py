@@ -12,10 +12,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .checks import Context, for_hook, run_checks
 from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
+
+if TYPE_CHECKING:
+    from .config import Config
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
@@ -65,7 +69,7 @@ class RunRecord:
         }
 
 
-def node_name(cfg) -> str:
+def node_name(cfg: Config) -> str:
     """$SLURMD_NODENAME (set by slurmd for every hook), else the configured name, else
     the short hostname. An explicit setting beats the hostname: an admin who wrote it
     knows the Slurm name better than a guess does."""
@@ -73,12 +77,12 @@ def node_name(cfg) -> str:
             or os.uname().nodename.split(".", 1)[0])
 
 
-def state_dir(cfg, node: str) -> str:
+def state_dir(cfg: Config, node: str) -> str:
     # One directory per node name: several slurmd (-N) on one host keep apart.
     return os.path.join(cfg.state_dir, node)
 
 
-def run_locked(cfg, hook: str, lock_timeout: float, **kw) -> RunRecord:
+def run_locked(cfg: Config, hook: str, lock_timeout: float, **kw) -> RunRecord:
     """run() under the hook's lock on this node. Raises lock.Busy when another run
     holds it; an unusable lock file is our own local failure: run anyway, report it."""
     from .lock import HookLock, LockError
@@ -95,7 +99,7 @@ def run_locked(cfg, hook: str, lock_timeout: float, **kw) -> RunRecord:
         lock.__exit__(None, None, None)
 
 
-def run(cfg, hook: str, names: list[str] | None = None, act: bool = False,
+def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = False,
         dry_run: bool = False, job=None, fs_timeout: float | None = None) -> RunRecord:
     from .runner import Runner, reap_finished
     from .state import StateStore

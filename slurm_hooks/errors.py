@@ -10,12 +10,17 @@ the entry points (cli.py, hooks.py) report it on stderr and syslog and then
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import Config
+
 
 class LocalError(Exception):
     """slurm-hooks' own local I/O failed; str() names the file and the cause."""
 
 
-def report_local(cfg, hook: str, errors: list[str]) -> None:
+def report_local(cfg: Config, hook: str, errors: list[str]) -> None:
     """stderr (slurmd logs it) and syslog (the journal may be what failed)."""
     import sys
 

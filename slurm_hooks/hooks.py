@@ -32,10 +32,15 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from . import engine
 from .model import FAIL, Code, Outcome
 from .reason import GENERIC_FOR
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .engine import RunRecord
 
 GENERIC = GENERIC_FOR
 
@@ -66,7 +71,7 @@ class JobInfo:
         return cls(id=job, uid=env.get("SLURM_JOB_UID"), gpus=gpus, shared=shared)
 
 
-def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
+def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
     """The prolog or epilog. Our own local failure (state, journal, lock, metrics,
     configuration cache: errors.py) never fails the job: reported, then exit 0."""
     from .errors import LocalError, report_local
@@ -77,7 +82,7 @@ def run_hook(cfg, hook: str, dry_run: bool = False, as_json: bool = False) -> in
         return 0
 
 
-def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
+def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     from . import report, sinks
     from .lock import Busy
     hook_cfg = getattr(cfg, hook)
@@ -109,7 +114,7 @@ def _run_hook(cfg, hook: str, dry_run: bool, as_json: bool) -> int:
     return 1
 
 
-def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
+def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, drain) -> None:
     """Keep the precise reason locally, and have it replace Slurm's generic one."""
     from .runner import spawn_detached
     from .state import StateStore
@@ -125,7 +130,7 @@ def _after_failure(cfg, hook: str, node: str, job, record, drain) -> None:
         spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
 
 
-def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None:
+def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float) -> None:
     """In a detached helper: after a back-off, ask Slurm once about this node and put
     the precise reason in place of its generic one. No polling, no node list (Slurm's
     prolog/epilog guide). If Slurm has not drained the node by then, the next health

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from .model import SEVERITY_ORDER
+
+if TYPE_CHECKING:
+    from .engine import RunRecord
 
 # The run's own series; each check adds its own (its class's `series`), in between.
 _HEAD = {
@@ -62,7 +66,7 @@ def _labels(labels: dict) -> str:
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(record, counters: dict, last_success: float | None, drained: str | None = None) -> str:
+def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None) -> str:
     node, hook = record.node, record.hook
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
 

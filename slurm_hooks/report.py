@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from .model import FAIL, OK, WARN, Outcome
 from .reason import clean_text
+
+if TYPE_CHECKING:
+    from .engine import RunRecord
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
 VERB = {Outcome.DONE: "", Outcome.DRY_RUN: "would ", Outcome.SKIPPED: "skipped: ", Outcome.FAILED: "would ",
         Outcome.HELD: "held back: would "}
 
 
-def render(record) -> str:
+def render(record: RunRecord) -> str:
     lines = [f"slurm-hooks {record.hook} on node {record.node} (config: {record.config})"]
     for note in record.notes:
         lines.append(f"note: {note}")
@@ -37,7 +41,7 @@ def render(record) -> str:
     return clean_text("\n".join(lines))
 
 
-def render_json(record) -> str:
+def render_json(record: RunRecord) -> str:
     # Paths and process names may hold bytes that are not UTF-8: the output must stay
     # valid UTF-8 (and valid JSON) for whatever reads it.
     return clean_text(json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str))

@@ -5,13 +5,18 @@ a failure of any of them is our own local failure (errors.py), reported, never f
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from .engine import COMMITTING, HEALTHY, UNHEALTHY, RunRecord, state_dir
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .state import StateStore
 
 STATE = ("metrics",)        # the counters and last success the textfile carries across runs
 
 
-def record_run(cfg, record: RunRecord) -> None:
+def record_run(cfg: Config, record: RunRecord) -> None:
     """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
     from .journal import append
     run = dict(record.to_json(), event="run")
@@ -31,7 +36,7 @@ def record_run(cfg, record: RunRecord) -> None:
         report_local(cfg, record.hook, record.local_errors)
 
 
-def _metrics(cfg, record: RunRecord) -> None:
+def _metrics(cfg: Config, record: RunRecord) -> None:
     # Counters and the last success only feed the textfile: with no node_exporter
     # directory there is nothing to keep, and a healthy run writes no state for it.
     if not cfg.prometheus_textfile_dir or not os.path.isdir(cfg.prometheus_textfile_dir):
@@ -46,7 +51,7 @@ def _metrics(cfg, record: RunRecord) -> None:
         record.local_errors += [e for e in state.errors if e not in record.local_errors]
 
 
-def _write_metrics(cfg, record: RunRecord, state) -> None:
+def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
     saved = state.load("metrics")
     counters = saved.get("actions", {})
     last_success = dict(saved.get("last_success", {}))
@@ -60,7 +65,7 @@ def _write_metrics(cfg, record: RunRecord, state) -> None:
         state.save("metrics", new, durable=False)
     if record.hook == "healthcheck":
         from .metrics import render, write
-        err = write(cfg.prometheus_textfile_dir, record.node,
+        err = write(cfg.prometheus_textfile_dir or "", record.node,
                     render(record, counters, last_success.get(record.hook),
                            drained=state.load("drain").get("reason")))
         if err:

@@ -6,6 +6,10 @@ blocking: a missing or full socket loses the line, never the run.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .engine import RunRecord
 
 FACILITIES = {"user": 1, "daemon": 3, **{f"local{i}": 16 + i for i in range(8)}}
 ERR, WARNING, NOTICE, INFO, DEBUG = 3, 4, 5, 6, 7
@@ -34,7 +38,7 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
         s.close()
 
 
-def lines_for(record) -> list[tuple[int, str]]:
+def lines_for(record: RunRecord) -> list[tuple[int, str]]:
     """The syslog lines of a run: its verdict, then each action."""
     from .model import Outcome
     bad = [f for f in record.findings if f.severity != "ok"]

@@ -19,11 +19,17 @@ import errno
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .. import config as cfgmod
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import normalise
 from ..runner import DONE, HUNG, STILL_HUNG, Task
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from ..runner import Outcome as TaskOutcome
+    from . import Context
 
 NAME = "filesystem"
 DEFAULT_LOCAL = ("/tmp", "/dev/shm")
@@ -42,7 +48,7 @@ class Target:
     origin: str              # "configured" or why a default was chosen
 
 
-def targets(cfg, mounts) -> list[Target]:
+def targets(cfg: Config, mounts) -> list[Target]:
     d = cfg.filesystem_defaults
     if cfg.filesystems:
         return [Target(path=normalise(fs.path), mode=fs.mode,
@@ -190,7 +196,7 @@ class FilesystemCheck:
     def key(path: str) -> str:
         return f"{NAME}:{path}"
 
-    def tasks(self, ctx) -> list[Task]:
+    def tasks(self, ctx: Context) -> list[Task]:
         mounts = ctx.mounts
         self._targets = targets(ctx.config, mounts)
         if ctx.fs_timeout is not None:
@@ -242,7 +248,7 @@ class FilesystemCheck:
         return Finding(check=NAME, target=t.path, status=status, severity=severity,
                        summary=summary, detail=detail, evidence=ev)
 
-    def findings(self, ctx, outcomes) -> list[Finding]:
+    def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         out = []
         for t in self._targets:
             if t.path in self._problems:

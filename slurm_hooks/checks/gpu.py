@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from ..jobs import JobRef
 from ..model import FAIL, OK, WARN, Finding
@@ -43,6 +44,11 @@ from ..runner import DONE, HUNG, STILL_HUNG, Task
 from .gpu_count import SYSFS, count_findings, locate
 from .gpu_health import health, system_errors
 from .gpu_xid import remember_xids, xid_findings
+
+if TYPE_CHECKING:
+    from ..config import GpuConfig
+    from ..runner import Outcome as TaskOutcome
+    from . import Context
 
 NAME = "gpu"
 DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
@@ -87,7 +93,7 @@ class GpuCheck:
         self.sysfs = sysfs
         self._skip: Finding | None = None
 
-    def tasks(self, ctx) -> list[Task]:
+    def tasks(self, ctx: Context) -> list[Task]:
         cfg = ctx.config.gpu
         if cfg.enabled == "false":
             self._skip = Finding(NAME, "gpu", "disabled", OK, "gpu: check disabled (gpu.enabled: false)")
@@ -103,7 +109,7 @@ class GpuCheck:
                 return []
         return [Task(f"{NAME}:nvml", _nvml_collect, (), cfg.timeout)]
 
-    def findings(self, ctx, outcomes) -> list[Finding]:
+    def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         if self._skip is not None:
             return [self._skip]
         cfg = ctx.config.gpu
@@ -162,7 +168,7 @@ class GpuCheck:
         return out
 
     # --- pieces ------------------------------------------------------------------------
-    def _init_failure(self, cfg, v) -> Finding:
+    def _init_failure(self, cfg: GpuConfig, v) -> Finding:
         err = v["init_error"]
         if err == "LIBRARY_NOT_FOUND" and cfg.enabled == "auto":
             return Finding(NAME, "nvml", "error", WARN,
@@ -172,7 +178,7 @@ class GpuCheck:
                        detail=v.get("message", ""), reason=f"gpu NVML init failed: {err}",
                        incident=f"gpu-init:{err}", hard=True, resumable=False)
 
-    def _jobs(self, ctx, gpus: list[dict]) -> dict[int, tuple[JobRef, list[int]]]:
+    def _jobs(self, ctx: Context, gpus: list[dict]) -> dict[int, tuple[JobRef, list[int]]]:
         """GPU index (this run's) -> (the job using it on this node, its pids on the GPU)."""
         from ..jobs import of_pid
         out: dict[int, tuple[JobRef, list[int]]] = {}
@@ -188,7 +194,7 @@ class GpuCheck:
         return out
 
     @staticmethod
-    def _remember_jobs(ctx, gpus: list[dict], jobs: dict) -> dict:
+    def _remember_jobs(ctx: Context, gpus: list[dict], jobs: dict) -> dict:
         """pci -> the job seen on that GPU last run. A GPU that is lost can no longer
         say which processes used it; the job that did is the one to requeue."""
         before = ctx.state.load("gpu-jobs")

@@ -24,7 +24,12 @@ NVIDIA's documents, not guesses, decide what drains and what happens to the runn
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..model import FAIL, WARN, Finding
+
+if TYPE_CHECKING:
+    from ..config import GpuConfig
 
 NAME = "gpu"
 # NVML errors after which the GPU cannot run its job: it is as good as lost.
@@ -55,7 +60,7 @@ def system_errors(v: dict) -> list[Finding]:
     return out
 
 
-def health(cfg, g: dict, jobid: str | None, before: dict, last_xid: dict,
+def health(cfg: GpuConfig, g: dict, jobid: str | None, before: dict, last_xid: dict,
            linked_xids: list[int] | None = None) -> list[Finding]:
     """Findings for one GPU. `before`: its counters from the last run; `last_xid`: pci ->
     the last drain-worthy Xid seen; `linked_xids`: Xids of this run whose verdict is the

@@ -15,14 +15,20 @@ server use by design (checks/leftovers.py decides whose a GPU process is).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .. import xid as xidmod
 from ..model import FAIL, OK, WARN, Finding
 from .gpu_health import health
 
+if TYPE_CHECKING:
+    from ..config import GpuConfig
+    from . import Context
+
 NAME = "gpu"
 
 
-def given_none(ctx) -> Finding | None:
+def given_none(ctx: Context) -> Finding | None:
     """The finding for a job given no GPU (nothing to ask NVML), else None."""
     job = ctx.job
     if job is not None and job.gpus:
@@ -57,9 +63,10 @@ def _names(g: dict, name: str) -> bool:
     return False
 
 
-def hook_findings(ctx, cfg, gpus: list[dict], v: dict) -> list[Finding]:
+def hook_findings(ctx: Context, cfg: GpuConfig, gpus: list[dict], v: dict) -> list[Finding]:
     from .leftovers import gpu_process_owner
     job = ctx.job
+    assert job is not None          # given_none() stops a run without a job before NVML
     mine, unmatched = match(gpus, job.gpus or [])
     if unmatched:
         # A GPU that could not be read cannot say its minor number: it may be the one.

@@ -17,14 +17,19 @@ never drains and never touches the job:
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from ..model import OK, WARN, Finding
+
+if TYPE_CHECKING:
+    from ..config import GpuIdleConfig
+    from . import Context
 
 NAME = "gpu"
 GAP = 600.0
 
 
-def idle_findings(ctx, idle_cfg, gpus: list[dict], jobs: dict) -> list[Finding]:
+def idle_findings(ctx: Context, idle_cfg: GpuIdleConfig, gpus: list[dict], jobs: dict) -> list[Finding]:
     history = ctx.state.load("gpu-idle")
     now = time.time()
     seen_now: dict = {}

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from .. import procfs
 from ..jobs import of_pid
 from ..model import WARN, Finding
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
+
+if TYPE_CHECKING:
+    from ..runner import Outcome as TaskOutcome
+    from . import Context
 
 NAME = "leftovers"
 SETTLE = 0.3     # a task being killed right now gets this long to disappear
@@ -64,10 +69,10 @@ class LeftoversCheck:
     def __init__(self, proc: str = procfs.PROC):
         self.proc = proc
 
-    def tasks(self, ctx) -> list:
+    def tasks(self, ctx: Context) -> list:
         return []
 
-    def findings(self, ctx, outcomes) -> list[Finding]:
+    def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         if ctx.job is None:
             return []
         pids = job_pids(ctx.job.id, ctx.node, self.proc)

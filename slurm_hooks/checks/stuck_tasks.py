@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .. import procfs, syscalls
 from ..jobs import JobRef, of_pid
@@ -44,6 +45,10 @@ from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
 from ..reason import printable, shorten_path
 from ..runner import DONE, Task
+
+if TYPE_CHECKING:
+    from ..runner import Outcome as TaskOutcome
+    from . import Context
 
 NAME = "stuck_tasks"
 STATE = "stuck-tasks"
@@ -269,7 +274,7 @@ class StuckTasksCheck:
         self._scan_note = ""
 
     # --- phase 1: scan (runs before the other checks' children are collected) --------
-    def tasks(self, ctx) -> list[Task]:
+    def tasks(self, ctx: Context) -> list[Task]:
         cfg = ctx.config.stuck_tasks
         if not cfg.enabled:
             return []
@@ -284,7 +289,7 @@ class StuckTasksCheck:
                 self._seen.append(s)
         return []
 
-    def _scan(self, ctx) -> list:
+    def _scan(self, ctx: Context) -> list:
         pids = procfs.list_pids(self.proc)
         cpus = os.cpu_count() or 1
         if cpus < 2 or procfs.thread_count(self.proc) < PARALLEL_THREADS:
@@ -302,7 +307,7 @@ class StuckTasksCheck:
         return found
 
     # --- phase 2: decide ------------------------------------------------------------
-    def findings(self, ctx, outcomes) -> list[Finding]:
+    def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         cfg = ctx.config.stuck_tasks
         if not cfg.enabled:
             return []
@@ -352,7 +357,7 @@ class StuckTasksCheck:
             ctx.notes.append(self._scan_note)
         return out
 
-    def _resample(self, ctx, previous) -> list[tuple]:
+    def _resample(self, ctx: Context, previous) -> list[tuple]:
         """[(first sample this run or None, fresh sample)] for tasks still in D.
 
         Tasks never seen before get a second look `sample_window` after the first, so
@@ -372,7 +377,7 @@ class StuckTasksCheck:
         return out
 
 
-    def _kernel_lines(self, ctx, samples: list[procfs.TaskSample]) -> dict[int, tuple[str, float]]:
+    def _kernel_lines(self, ctx: Context, samples: list[procfs.TaskSample]) -> dict[int, tuple[str, float]]:
         """tid -> (the kernel's hung-task line, wall time the task has been blocked since).
 
         The kernel's own "blocked for more than N seconds" corroborates a sighting and
@@ -403,7 +408,7 @@ class StuckTasksCheck:
             return None
         return ref
 
-    def diagnose(self, ctx, stuck: dict, kernel: dict) -> list[Stuck]:
+    def diagnose(self, ctx: Context, stuck: dict, kernel: dict) -> list[Stuck]:
         results: list[Stuck] = []
         tasks: list[Task | None] = []
         listpids = None
@@ -462,7 +467,7 @@ class StuckTasksCheck:
             d.fd, d.file = call.fd, call.file
         return call.addrs
 
-    def _locate(self, ctx, d: Stuck) -> None:
+    def _locate(self, ctx: Context, d: Stuck) -> None:
         """Mount and filesystem type of the file, and the cause category."""
         target = d.file if d.file.startswith("/") else (procfs.readlink(f"{self.proc}/{d.sample.pid}/cwd") or "")
         if target:
@@ -485,7 +490,7 @@ class StuckTasksCheck:
         elif network or any(s in symbols for s in FS_SYMBOLS):
             d.cause = "shared_filesystem"
 
-    def _mount_owner(self, ctx, d: Stuck, table: MountTable, m) -> int | None:
+    def _mount_owner(self, ctx: Context, d: Stuck, table: MountTable, m) -> int | None:
         """The uid of the user whose own FUSE mount this is, None for the node's mounts.
 
         fusermount3 records the mounting user as user_id. A user who mounts FUSE in a
@@ -505,7 +510,7 @@ class StuckTasksCheck:
                 return d.sample.uid
         return None
 
-    def finding(self, ctx, d: Stuck, after_end: bool = False) -> Finding | None:
+    def finding(self, ctx: Context, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
         # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
         d.file, d.cmdline = printable(d.file), printable(d.cmdline)
@@ -571,7 +576,7 @@ class StuckTasksCheck:
                        hard=True, resumable=False)
 
 
-def _own_children(ctx) -> set[tuple[int, int]]:
+def _own_children(ctx: Context) -> set[tuple[int, int]]:
     """(pid, start ticks) of our children the runner knows are stuck in the kernel."""
     out = set()
     for entry in ctx.runner.stuck().values():
@@ -582,7 +587,7 @@ def _own_children(ctx) -> set[tuple[int, int]]:
     return out
 
 
-def _listpids(ctx) -> dict[int, JobRef]:
+def _listpids(ctx: Context) -> dict[int, JobRef]:
     from ..slurm import Slurm, SlurmError
     if ctx.hook == "check":
         return {}          # a look asks Slurm nothing: the cgroup alone names the job
