@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import re
 import socket
 import subprocess
@@ -22,7 +21,7 @@ import pytest
 import yaml
 
 from attacker import PY, unprivileged_user
-from helpers import ROOT, SLURM_HOOKS, gpu, poll
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, poll
 from mounts_fixtures import start_fuse
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -219,50 +218,30 @@ def test_a_job_stuck_on_its_users_own_mount_is_the_jobs_problem(clean_cluster, m
     assert not (tmp_path / "state" / "n1" / "breaker.json").exists()
 
 
-# --- 3. kernel-log lines a user forged into a real kernel record -------------------------
-CODE = {"x86_64": b"\x31\xc0\x8b\x00\xc3",                          # xor eax,eax; mov eax,[rax]
-        "aarch64": b"\x00\x00\x80\xd2\x00\x00\x40\xf9"}              # mov x0,#0; ldr x0,[x0]
-CRASH = """
-import ctypes, os, sys
-name, code = sys.argv[1], bytes.fromhex(sys.argv[2])
-with open(name, "wb") as f:
-    f.write(code + bytes(4096 - len(code)))
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mmap.restype = ctypes.c_void_p
-libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-addr = libc.mmap(None, 4096, 5, 2, os.open(name, os.O_RDONLY), 0)
-ctypes.CFUNCTYPE(ctypes.c_int)(addr)()       # SIGSEGV at an address inside the file
-"""
-
-
-def forge(user, text: str) -> str:
-    """Crash a process of the user whose faulting code lies in a file named `text`: the
-    kernel's own segfault record then ends with that name. Returns the record."""
+# --- 3. kernel-log lines a user forged into a kernel record ------------------------------
+def forge(log: KernelLog, text: str):
+    """The kernel's own segfault record for a process of the user whose faulting code
+    lies in a file named `text` (the kernel ends the line with that name), written into
+    a fake kernel log: a test never puts such a line into the host's buffer, where it
+    would stay until reboot. Returns the record as slurm-hooks reads it."""
     from slurm_hooks import kmsg
-    before = kmsg.read()
-    last = before[-1].seq if before else -1
-    r = user.run(PY, "-c", CRASH, text, CODE[platform.machine()].hex(), check=False)
-    assert r.returncode == -11, r                     # killed by SIGSEGV
-    rec = poll(lambda: next((x for x in kmsg.read(after_seq=last) if text in x.text), None), 5,
-               what="the kernel's segfault record naming the file")
+    log.write(f"python3[{os.getpid()}]: segfault at 0 ip 00007f0000000000 sp 00007ffd00000000 error 4 "
+              f"in {text}[7f0000000000+1000]", prio=6)
+    rec = kmsg.read(path=str(log))[-1]
     assert rec.from_kernel and "segfault at" in rec.text, rec
     return rec
 
 
-def test_a_forged_xid_in_a_real_segfault_record_is_not_an_xid(mallory, tmp_path):
+def test_a_forged_xid_in_a_segfault_record_is_not_an_xid(tmp_path):
     from slurm_hooks import kmsg
-    before = kmsg.read()
+    log = KernelLog(tmp_path / "kmsg")
     xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
-    rec = forge(mallory, xid)
+    rec = forge(log, xid)
     assert list(kmsg.match([rec], "xid")) == []
-    # The GPU check reading the real kernel log from before the crash: no event.
-    state = tmp_path / "state" / "n1"
-    state.mkdir(parents=True)
-    (state / "kmsg-xid.json").write_text(json.dumps({"boot": kmsg.boot_id(),
-                                                     "seq": before[-1].seq if before else -1}))
+    # The GPU check reading that kernel log: no event.
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps({"gpus": [gpu(i) for i in range(2)]}))
-    config = configure(tmp_path, gpu={"enabled": "true", "count": 2, "timeout": 5}, kernel_log="/dev/kmsg")
+    config = configure(tmp_path, gpu={"enabled": "true", "count": 2, "timeout": 5}, kernel_log=str(log))
     out = json.loads(slurm_hooks(config, "check", "gpu", "--json", env={
         "PYTHONPATH": str(ROOT / "tests" / "fake_nvml"), "FAKE_NVML_SCENARIO": str(scenario)}).stdout)
     findings = [f for c in out["checks"] for f in c["findings"]]
@@ -281,9 +260,10 @@ def test_a_forged_hung_task_line_does_not_skip_the_grace(mallory, sys_hung, tmp_
     pid, _ = d_task(mallory.uid)
     assert pid == p.pid
     time.sleep(2.2)
-    forge(mallory, f"INFO: task python3:{pid} blocked for more than 2 seconds.")
+    log = KernelLog(tmp_path / "kmsg")
+    forge(log, f"INFO: task python3:{pid} blocked for more than 2 seconds.")
     config = configure(tmp_path, stuck_tasks={"grace": 2, "sample_window": 0.3, "non_job_tasks": "drain"},
-                       kernel_log="/dev/kmsg")
+                       kernel_log=str(log))
     out = json.loads(slurm_hooks(config, "check", "stuck_tasks", "--json").stdout)
     [f] = [f for c in out["checks"] for f in c["findings"] if f["evidence"].get("pid") == pid]
     # Our first look at the task: without the kernel's (real) word, it is only watched.
