@@ -112,18 +112,11 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     return results
 
 
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 def _new_boot(state: StateStore) -> bool:
     """True once per boot: a node whose state_dir did not survive the reboot (diskless)
     must still learn from Slurm that it is DOWN after a reboot of ours."""
-    now = _boot_id()
+    from .kmsg import boot_id
+    now = boot_id()
     if state.load("boot").get("id") == now:
         return False
     state.save("boot", {"id": now})
