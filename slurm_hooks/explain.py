@@ -37,8 +37,9 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
     lines.append(f"last {min(runs, len(mine))} runs:")
     for r in mine[-runs:]:
         bad = [f["summary"] for c in r.get("checks", []) for f in c.get("findings", []) if f.get("severity") != "ok"]
+        dry = " (dry run)" if r.get("dry_run") else ""
         lines.append(f"  {r.get('time')} {r.get('hook'):<11} {r.get('status'):<9} "
-                     f"{r.get('duration', 0):6.2f}s  {'; '.join(bad)[:160]}")
+                     f"{r.get('duration', 0):6.2f}s  {'; '.join(bad)[:160]}{dry}")
     return clean_text("\n".join(lines))
 
 
