@@ -23,7 +23,8 @@ from __future__ import annotations
 import re
 import time
 
-from .model import Action, ActionResult, Code, Outcome
+from .model import Action, ActionResult
+from .outcomes import Code, Outcome
 from .reason import is_generic, one_line
 from .slurm import (
     REBOOT_STATES,

@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from .model import FAIL, ActionResult, Code, Finding, Outcome
+from .model import FAIL, ActionResult, Finding
 from .reason import GENERIC_FOR
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
 
     from .actions import LEDGER, execute
     from .model import Action
+    from .outcomes import Code, Outcome
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
@@ -155,6 +156,7 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
 def _reboot_record(reboot: dict, results) -> dict:
     """Remember a reboot we asked for (to bring the node back after it); forget it once
     the node is resumed."""
+    from .outcomes import Outcome
     for r in results:
         if r.action.kind == "reboot" and r.outcome == Outcome.DONE:
             return {"reason": r.action.reason, "at": time.time(), "passes": 0}
@@ -170,6 +172,7 @@ def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool
     when it exits non-zero, and a detached helper sets the precise reason (hooks.py).
     The breaker is honoured from the health checks' latest cluster view: the prolog
     must not wait on slurmctld to ask."""
+    from .outcomes import Code, Outcome
     drains = [a for a in actions if a.kind == "drain"]
     if report_only:
         return [ActionResult(a, Outcome.REPORT_ONLY, "report only (actions.report_only): not done",
@@ -256,6 +259,7 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
     our own drain, read the cluster again and step back when beyond the limit in the
     breaker's stable order (breaker.py)."""
     from .breaker import cluster_view, step_back
+    from .outcomes import Code, Outcome
     from .slurm import SlurmError
     drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
                and r.outcome == Outcome.DONE and not r.action.replace_only]
@@ -311,6 +315,7 @@ def _spooled_at(spooled: list, action) -> float:
 
 def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
     """Our local note of why we drained this node (for auto-resume)."""
+    from .outcomes import Code, Outcome
     for r in results:
         a = r.action
         if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from .model import Outcome
+from .outcomes import Outcome
 from .reason import clean_text
 
 # The journal outcomes of a drain that took (or that Slurm took for a failed prolog).

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import engine
-from .model import FAIL, Code, Outcome
+from .model import FAIL
 from .reason import GENERIC_FOR
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = Fals
 def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     from . import report, sinks
     from .lock import Busy
+    from .outcomes import Code, Outcome
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
         return 0
@@ -116,6 +117,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
 
 def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, drain) -> None:
     """Keep the precise reason locally, and have it replace Slurm's generic one."""
+    from .outcomes import Outcome
     from .runner import spawn_detached
     from .state import StateStore
     state = StateStore(engine.state_dir(cfg, node))
@@ -137,6 +139,7 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float)
     check replaces the reason when it has (the hook-failure record stays)."""
     from .actions import execute
     from .model import Action
+    from .outcomes import Code, Outcome
     from .slurm import Slurm
     from .state import StateStore
     time.sleep(delay)

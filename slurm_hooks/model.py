@@ -8,7 +8,10 @@ holds exactly what the code decided on.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .outcomes import Code, Outcome
 
 # Severity decides what policy may do with a finding. Strings rather than an Enum keep
 # the journal readable and avoid an import on the health-check hot path.
@@ -116,77 +119,25 @@ class Action:
 
 
 
-class Outcome(str, Enum):
-    """What became of an action: the journal's `outcome` field. Decisions read these
-    and the `Code` beside them, never a message (messages are for people)."""
-    DONE = "done"                  # carried out
-    SKIPPED = "skipped"            # not needed or not ours to do (the code says which)
-    FAILED = "failed"              # Slurm refused, or did not answer (retry: spooled)
-    HELD = "held"                  # held back by the drain-storm breaker
-    DEFERRED = "deferred"          # left to Slurm: a failing prolog makes Slurm drain the node
-    DRY_RUN = "dry-run"            # --dry-run: what would be done
-    REPORT_ONLY = "report-only"    # actions.report_only: what would be done
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Code(str, Enum):
-    """Why an action ended as it did: the journal's `code` field (machine-readable)."""
-    NONE = ""                              # done, nothing to add
-    ALREADY_DONE = "already_done"          # done for this incident by an earlier run (the ledger)
-    DRY_RUN = "dry_run"
-    REPORT_ONLY = "report_only"
-    BREAKER = "breaker"                    # the drain-storm breaker holds it back
-    LEFT_TO_SLURM = "left_to_slurm"        # prolog: Slurm drains on the non-zero exit
-    SLURM_UNREACHABLE = "slurm_unreachable"  # no answer from slurmctld: spooled
-    OUT_OF_TIME = "out_of_time"            # the run's deadline for Slurm calls: spooled
-    REFUSED = "refused"                    # scontrol said no
-    UNKNOWN_ACTION = "unknown_action"
-    UNKNOWN_NODE = "unknown_node"
-    UNKNOWN_JOB = "unknown_job"
-    NOTHING_TO_REPLACE = "nothing_to_replace"  # replace_only: the node is no longer drained
-    REPLACED_GENERIC = "replaced_generic"  # our reason went in place of Slurm's generic one
-    ALREADY_OURS = "already_ours"          # out of service by us already (DOWN, reboot, ...)
-    FOREIGN_STATE = "foreign_state"        # a state slurm-hooks did not set: left alone
-    FOREIGN_DRAIN = "foreign_drain"        # drained by someone else: left as it is
-    ALREADY_DRAINED = "already_drained"    # drained by us with this very reason
-    NOT_DRAINED = "not_drained"            # nothing to resume
-    NOT_OURS = "not_ours"                  # resume: the reason is another's
-    AFTER_REBOOT = "after_reboot"          # resumed after our own reboot
-    REBOOT_PENDING = "reboot_pending"
-    NOT_ON_NODE = "not_on_node"            # Slurm says the job does not run here
-    UID_MISMATCH = "uid_mismatch"          # Slurm says the job is another user's
-    COMMENT_PRESENT = "comment_present"    # the AdminComment already holds the diagnosis
-    JOB_ENDED = "job_ended"
-    JOB_QUEUED = "job_queued"              # already pending or requeued
-    NOT_REQUEUED = "not_requeued"          # cannot be requeued: left running
-    CANCELLED_INSTEAD = "cancelled_instead"  # cannot be requeued: cancelled (fallback)
-    NO_REBOOT_PROGRAM = "no_reboot_program"
-    FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
-
-    def __str__(self) -> str:
-        return self.value
-
-
 @dataclass
 class ActionResult:
     action: Action
-    outcome: Outcome
+    outcome: Outcome           # outcomes.py: what became of it
     message: str = ""          # for people; never read by code
     retry: bool = False        # not done for want of Slurm (or of time): spooled for a later run
-    code: Code = Code.NONE
+    code: Code | str = ""      # outcomes.Code: why (a plain string is taken as its value)
 
     def __post_init__(self):
         # Messages quote Slurm, which quotes reasons and comments people wrote.
         from .reason import printable
         self.message = printable(self.message)
+        from .outcomes import Code, Outcome
         self.outcome = Outcome(self.outcome)
         self.code = Code(self.code)
 
     def to_json(self) -> dict:
         d = asdict(self.action)
-        d.update(outcome=self.outcome.value, code=self.code.value, message=self.message)
+        d.update(outcome=str(self.outcome), code=str(self.code), message=self.message)
         if self.retry:
             d["retry"] = True
         return d

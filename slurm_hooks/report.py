@@ -4,15 +4,15 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .model import FAIL, OK, WARN, Outcome
+from .model import FAIL, OK, WARN
 from .reason import clean_text
 
 if TYPE_CHECKING:
     from .engine import RunRecord
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
-VERB = {Outcome.DONE: "", Outcome.DRY_RUN: "would ", Outcome.SKIPPED: "skipped: ", Outcome.FAILED: "would ",
-        Outcome.HELD: "held back: would "}
+# By outcomes.Outcome's value (plain strings: a healthy report builds no enumeration).
+VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would ", "held": "held back: would "}
 
 
 def render(record: RunRecord) -> str:
@@ -34,8 +34,8 @@ def render(record: RunRecord) -> str:
     if record.actions:
         lines.append("actions:")
         for r in record.actions:
-            verb = VERB.get(r.outcome, "")
-            msg = f" ({r.message})" if r.message and r.outcome != Outcome.DRY_RUN else ""
+            verb = VERB.get(str(r.outcome), "")
+            msg = f" ({r.message})" if r.message and str(r.outcome) != "dry-run" else ""
             lines.append(f"  {verb}{r.action.describe()}{msg}")
     lines.append(f"result: {record.status.upper()} in {record.duration:.2f}s")
     return clean_text("\n".join(lines))

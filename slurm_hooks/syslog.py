@@ -40,7 +40,7 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
 
 def lines_for(record: RunRecord) -> list[tuple[int, str]]:
     """The syslog lines of a run: its verdict, then each action."""
-    from .model import Outcome
+    from .outcomes import Outcome
     bad = [f for f in record.findings if f.severity != "ok"]
     severity = {"healthy": INFO, "warning": WARNING, "unhealthy": WARNING}[record.status]
     what = "; ".join(f.summary for f in bad[:5]) or "all checks passed"

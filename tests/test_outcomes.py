@@ -7,7 +7,8 @@ import re
 
 from helpers import ROOT
 from slurm_hooks import actuation
-from slurm_hooks.model import Action, ActionResult, Code, Finding, Outcome
+from slurm_hooks.model import Action, ActionResult, Finding
+from slurm_hooks.outcomes import Code, Outcome
 
 
 def _drain(node="n1", reason="slurm-hooks: fs /x hung"):
