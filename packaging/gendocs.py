@@ -235,7 +235,10 @@ def manpage_cli(parser=None) -> str:
         ".SH EXIT STATUS",
         ".TP", _b(str(cli.EXIT_OK)),
         roff("Healthy (warnings allowed), or the command did what was asked. A health check that "
-             "finds the previous one still running also exits 0: it did not check this time."),
+             "finds the previous one still running also exits 0: it did not check this time. So does "
+             "a run whose only problem is slurm-hooks' own (an unusable state directory, journal, "
+             "lock, metrics file or configuration cache): it says so on stderr and in syslog, and "
+             "the prolog and epilog fail no job for it."),
         ".TP", _b(str(cli.EXIT_UNHEALTHY)),
         roff("Unhealthy: a check failed (for the prolog and epilog: Slurm drains the node). status: "
              "Slurm could not be asked."),
