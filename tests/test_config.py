@@ -114,7 +114,8 @@ def test_config_check_command(tmp_path):
 
 def test_every_command_rejects_bad_config_with_status_2(tmp_path):
     bad = tmp_path / "bad.yaml"
-    bad.write_text("filesystems:\n  - path: /scratch\n    timeout: -3\n")
+    # The health check journals its configuration error where the file says (never the host's).
+    bad.write_text(f"journal: {tmp_path}/j.jsonl\nfilesystems:\n  - path: /scratch\n    timeout: -3\n")
     for cmd in (["check"], ["healthcheck", "--dry-run"]):
         r = run_cli("--config", str(bad), *cmd)
         assert r.returncode == 2, (cmd, r.stdout, r.stderr)
