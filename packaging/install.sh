@@ -20,6 +20,18 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 [ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
 "$prefix/bin/pip" install -q --disable-pip-version-check "$here"
+# Our own launchers in place of pip's: `-I` keeps PYTHON* variables, the user site and
+# the current directory out (slurmd runs them as root), and they import only the
+# program (pip's wrapper imports re on every start). Keep in step with setup.cfg
+# [options.entry_points].
+for entry in slurm-hooks:main slurm-hooks-healthcheck:healthcheck_main \
+             slurm-hooks-prolog:prolog_main slurm-hooks-epilog:epilog_main; do
+    name=${entry%%:*} func=${entry#*:}
+    printf '#!%s -I\n# %s: slurm-hooks, installed by packaging/install.sh\nimport sys\nfrom slurm_hooks.cli import %s\nsys.exit(%s())\n' \
+        "$prefix/bin/python" "$name" "$func" "$func" > "$prefix/bin/.$name.new"
+    chmod 0755 "$prefix/bin/.$name.new"
+    mv -f "$prefix/bin/.$name.new" "$prefix/bin/$name"
+done
 
 mandir=${MANDIR:-/usr/local/share/man}
 completionsdir=${COMPLETIONSDIR:-/usr/local/share/bash-completion/completions}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from .records import dataclass, field
 
 from .slurm import foreign_states, node_is_drained, parse_oneliner, strip_reason_stamp
 

@@ -93,8 +93,47 @@ def _load_config(path_arg):
     return config.load(config.config_path(path_arg))
 
 
+# The node commands cron, wrappers and admins run on every node, in their plain forms:
+# parsed by hand, since importing argparse and building the parser cost more than the
+# rest of a healthy run. Anything else (--help, abbreviations, mistakes) goes to
+# argparse, which gives the same result and the same messages.
+_QUICK = {"healthcheck": ("--dry-run", "--json"), "prolog": ("--dry-run", "--json"),
+          "epilog": ("--dry-run", "--json")}
+
+
+class _Args:
+    """What argparse's Namespace would hold for a command parsed by hand."""
+
+    def __init__(self, **values):
+        self.__dict__.update(values)
+
+
+def _quick_args(argv: list[str]):
+    """The arguments of `[-c FILE] healthcheck|prolog|epilog [--dry-run] [--json] [-c FILE]`
+    exactly as argparse would parse them, or None for anything else."""
+    config, command, flags = None, None, set()
+    args = iter(argv)
+    for arg in args:
+        if arg in ("-c", "--config") or arg.startswith("--config="):
+            value = arg[9:] if arg.startswith("--config=") else next(args, None)
+            if not value or value.startswith("-"):
+                return None
+            config = value
+        elif command is None and arg in _QUICK:
+            command = arg
+        elif command is not None and arg in _QUICK[command]:
+            flags.add(arg)
+        else:
+            return None
+    if command is None:
+        return None
+    return _Args(config=config, command=command, dry_run="--dry-run" in flags, json="--json" in flags)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    if argv is None:
+        argv = sys.argv[1:]
+    args = _quick_args(argv) or _parser().parse_args(argv)
     from .config import ConfigError
     try:
         if args.command == "config":
@@ -193,7 +232,7 @@ def _config_command(args) -> int:
         return EXIT_OK
     if args.config_command == "show":
         import json
-        from dataclasses import asdict
+        from .records import asdict
         cfg = _load_config(args.config)
         print(json.dumps(asdict(cfg), indent=2))
         return EXIT_OK

@@ -25,7 +25,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from .records import asdict, dataclass, field
 
 from .reason import one_line, printable, shorten_path
 

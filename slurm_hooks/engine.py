@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from .records import asdict, dataclass, field
 
 from . import __version__
 from .checks import Context, run_checks
@@ -129,8 +129,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
-            and not os.path.exists(state.path("actions-done")):
-        return []                                   # the healthy fast path: no Slurm call
+            and not state.load("actions-done"):
+        return []          # the healthy fast path: no Slurm call (an empty ledger has nothing to expire)
 
     from .actions import LEDGER, execute
     from .model import Action

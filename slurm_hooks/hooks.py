@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from .records import dataclass
 
 from . import engine
 from .model import FAIL

@@ -29,7 +29,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from .records import asdict, dataclass, field
 
 from . import procfs
 from .checks.stuck_tasks import read_task_memory, rank_from, syscall_of

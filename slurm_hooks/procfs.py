@@ -11,7 +11,7 @@ Every function takes the /proc root, so tests can point them at a captured tree.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from .records import dataclass
 
 PROC = "/proc"
 _O = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)

@@ -26,14 +26,20 @@ would cost tens of milliseconds per probe on every health check.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import select
-import signal
 import time
-from dataclasses import dataclass, field
 
+from . import jsonio
+from .records import dataclass, field
 from .state import StateStore
+
+try:
+    # The C module under `signal`, loaded with the interpreter: `signal` itself wraps
+    # the numbers in enums, and importing enum costs milliseconds on every run.
+    import _signal as signal
+except ImportError:            # not CPython
+    import signal  # type: ignore[no-redef]
 
 DONE = "done"              # the child finished and returned a value
 HUNG = "hung"              # the child missed its deadline and was killed
@@ -124,13 +130,13 @@ def _child_main(task: Task, wfd: int) -> None:
             pass
 
         def progress(step: str) -> None:
-            os.write(wfd, json.dumps({"step": step}).encode() + b"\n")
+            os.write(wfd, jsonio.dumps({"step": step}).encode() + b"\n")
 
         try:
             value = task.func(progress, *task.args)
-            line = json.dumps({"result": value}, default=str)
+            line = jsonio.dumps({"result": value}, default=str)
         except BaseException as e:  # report, never propagate into the parent's code
-            line = json.dumps({"error": f"{type(e).__name__}: {e}"})
+            line = jsonio.dumps({"error": f"{type(e).__name__}: {e}"})
             code = 1
         data = memoryview(line.encode() + b"\n")
         while data:
@@ -275,7 +281,7 @@ class Runner:
     @staticmethod
     def _line(child: _Child, line: bytes) -> None:
         try:
-            msg = json.loads(line)
+            msg = jsonio.loads(line)
         except ValueError:
             child.error = "unreadable child output"
             return

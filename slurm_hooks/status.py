@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
+from .records import asdict, dataclass, field
 
 from .breaker import cause_of
 from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp

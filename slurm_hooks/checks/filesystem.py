@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import time
-from dataclasses import dataclass
+from ..records import dataclass
 
 from .. import config as cfgmod
 from ..model import FAIL, OK, WARN, Finding

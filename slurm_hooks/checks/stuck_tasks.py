@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from ..records import dataclass, field
 
 from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
