@@ -133,7 +133,11 @@ def _quick_args(argv: list[str]):
 def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
-    args = _quick_args(argv) or _parser().parse_args(argv)
+    args = _quick_args(argv)
+    if args is not None:
+        _one_shot()
+    else:
+        args = _parser().parse_args(argv)
     from .config import ConfigError
     try:
         if args.command == "config":
@@ -239,8 +243,17 @@ def _config_command(args) -> int:
     raise AssertionError(args.config_command)
 
 
+def _one_shot() -> None:
+    """A node command runs for seconds at most and makes next to no cyclic garbage:
+    the cyclic collector only costs it time, during the imports and, in the forked
+    probe children, by touching (and so copying) every page of the parent's heap."""
+    import gc
+    gc.disable()
+
+
 def healthcheck_main() -> int:
     """Entry point for HealthCheckProgram (run by slurmd with no arguments)."""
+    _one_shot()
     from . import config
     from .config import ConfigError
     try:
@@ -253,6 +266,7 @@ def healthcheck_main() -> int:
 
 
 def _hook_main(hook: str) -> int:
+    _one_shot()
     from . import config
     from .config import ConfigError
     from .hooks import config_error, run_hook
@@ -271,6 +285,20 @@ def prolog_main() -> int:
 def epilog_main() -> int:
     """Entry point for Epilog= (run by slurmd with no arguments)."""
     return _hook_main("epilog")
+
+
+def exit_now(code: int) -> None:
+    """The launchers' last step: flush stdout and stderr and end the process at once,
+    without the interpreter's teardown (freeing every module costs milliseconds of each
+    run). Nothing here needs it: every file is closed when written, nothing registers
+    exit handlers, children are reaped or detached."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)             # a closed pipe: let the interpreter say so
+    import os
+    os._exit(code)
 
 
 def build_parser():

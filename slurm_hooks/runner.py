@@ -26,6 +26,7 @@ would cost tens of milliseconds per probe on every health check.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import select
 import time
@@ -112,6 +113,9 @@ def _alive(pid: int, start: int) -> bool:
 
 def _child_main(task: Task, wfd: int) -> None:
     """Runs in the forked child; never returns."""
+    # A collection here would touch every object inherited from the parent and so copy
+    # its whole heap, page by page: the child lives for one task, refcounting suffices.
+    gc.disable()
     code = 0
     try:
         os.setsid()
@@ -160,6 +164,7 @@ class Runner:
         self.state = state
         self._stuck: dict[str, dict] | None = None
         self._dirty = False
+        self._running: set[int] = set()   # children started and not yet collected
 
     # --- the registry of stuck children --------------------------------------------
     def _registry(self) -> dict[str, dict]:
@@ -179,6 +184,11 @@ class Runner:
         """Targets with a live stuck child: key -> {pid, start, since, step}."""
         return dict(self._registry())
 
+    def running(self) -> set[int]:
+        """Pids of the children at work now: a /proc scan run meanwhile must not take
+        our own probes (in D during an fsync, say) for stuck tasks."""
+        return set(self._running)
+
     def _save(self) -> None:
         if self._dirty and self.state is not None:
             self.state.save(STATE_NAME, self._stuck or {})
@@ -188,10 +198,11 @@ class Runner:
     def run(self, tasks: list[Task]) -> dict[str, Outcome]:
         return self.collect(self.start(tasks))
 
-    def start(self, tasks: list[Task]) -> "Batch":
-        """Start the tasks' children and return at once; the caller may work meanwhile."""
+    def start(self, tasks: list[Task], batch: "Batch | None" = None) -> "Batch":
+        """Start the tasks' children and return at once; the caller may work meanwhile.
+        With `batch`, the children join it (one collect() waits for all)."""
         registry = self._registry()
-        batch = Batch()
+        batch = batch if batch is not None else Batch()
         for task in tasks:
             entry = registry.get(task.key)
             if entry is not None:
@@ -209,6 +220,7 @@ class Runner:
         """Wait for a started batch, never past its deadlines."""
         killed = self._collect(batch.children, batch.outcomes)
         self._settle(killed, batch.outcomes)
+        self._running.difference_update(c.pid for c in batch.children.values())
         self._save()
         return batch.outcomes
 
@@ -221,6 +233,7 @@ class Runner:
             _child_main(task, wfd)
         os.close(wfd)
         os.set_blocking(rfd, False)
+        self._running.add(pid)
         return _Child(task=task, pid=pid, fd=rfd, started=started, started_wall=wall)
 
     def _collect(self, children: dict[int, _Child], outcomes: dict[str, Outcome]) -> list[_Child]:

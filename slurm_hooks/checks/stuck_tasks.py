@@ -258,9 +258,10 @@ class StuckTasksCheck:
         found = self._scan(ctx)
         self._seen_at, self._seen_wall = time.monotonic(), time.time()
         ours = _own_children(ctx)
+        running = ctx.runner.running()   # this run's probes, started before the scan
         for pid, tid, _comm, _state, start in found:
-            if (pid, start) in ours:
-                continue                 # our own stuck probe: its check reports it
+            if (pid, start) in ours or pid in running:
+                continue                 # our own probe: its check reports it
             s = procfs.sample(pid, tid, self.proc)
             if s is not None and s.state == "D":
                 self._seen.append(s)
