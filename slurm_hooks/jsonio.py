@@ -54,7 +54,8 @@ def loads(data):
     """json.loads for str or UTF-8 bytes."""
     if _scan is not None:
         try:
-            text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+            # As json.loads decodes UTF-8 (other encodings and a BOM fall back to it).
+            text = data.decode("utf-8", "surrogatepass") if isinstance(data, (bytes, bytearray)) else data
             start = len(text) - len(text.lstrip(_WS))
             value, end = _scan(text, start)
             if end == len(text.rstrip(_WS)):

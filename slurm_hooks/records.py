@@ -10,8 +10,9 @@ every node, every interval. This module gives the same declarations the same mea
 few microseconds more to build, which nothing here builds enough of to notice.
 
 Type checkers see the standard library's names (they understand them natively), so a
-class reads, and is checked, exactly like any other dataclass. Instances are not
-standard dataclasses: use this module's `fields()` and `asdict()` on them.
+class reads, and is checked, exactly like any other dataclass; the standard library's
+own `dataclasses.fields()`, `asdict()` and `replace()` work on these classes too (at
+the standard library's cost). This module's `fields()` and `asdict()` are the cheap ones.
 """
 from __future__ import annotations
 
@@ -121,6 +122,27 @@ def _frozen_delattr(self, name):
     raise _FrozenInstanceError(f"cannot delete field {name!r}")
 
 
+class _StdlibFields:
+    """`__dataclass_fields__` on demand, made by the standard library itself from this
+    class's fields, so that its `dataclasses.fields()`, `asdict()` and `replace()` (and
+    tools built on them, like pytest's comparisons) work on these classes too. Only
+    those import dataclasses; the hot path never asks."""
+
+    def __get__(self, obj, cls):
+        import dataclasses
+        spec = []
+        for f in cls.__record_fields__:
+            kw = {"metadata": f.metadata}
+            if f.default is not _MISSING:
+                kw["default"] = f.default
+            if f.default_factory is not _MISSING:
+                kw["default_factory"] = f.default_factory
+            spec.append((f.name, f.type, dataclasses.field(**kw)))
+        made = dataclasses.make_dataclass(cls.__name__, spec).__dataclass_fields__
+        type.__setattr__(cls, "__dataclass_fields__", made)   # once per class
+        return made
+
+
 def _process(cls, frozen: bool):
     fields = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
@@ -142,6 +164,7 @@ def _process(cls, frozen: bool):
             raise TypeError(f"non-default argument {name!r} follows default argument")
         fields.append(f)
     cls.__record_fields__ = tuple(fields)
+    cls.__dataclass_fields__ = _StdlibFields()
     own = cls.__dict__
     if "__init__" not in own:
         cls.__init__ = _init
