@@ -22,7 +22,6 @@ Part 3 starts nodes n1..n3: run it under the test suite's lock, as root:
 """
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import re
-from .records import dataclass, field
 
+from .records import dataclass, field
 from .slurm import foreign_states, node_is_drained, parse_oneliner, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")

@@ -12,6 +12,7 @@ faster.
 from __future__ import annotations
 
 import os
+
 from .records import MISSING, dataclass, field, fields
 
 DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"

@@ -25,9 +25,9 @@ import json
 import os
 import sys
 import time
-from .records import asdict, dataclass, field
 
 from .reason import one_line, printable, shorten_path
+from .records import asdict, dataclass, field
 
 BUSY_CPU = 50.0             # percent of one CPU over the sample: busy, not waiting
 GPU_IDLE = 10               # utilisation percent below which a held GPU counts as idle

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import time
-from .records import asdict, dataclass, field
 
 from . import __version__
 from .checks import Context, run_checks
 from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
+from .records import asdict, dataclass, field
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}

@@ -29,13 +29,13 @@ import os
 import shutil
 import sys
 import time
-from .records import asdict, dataclass, field
 
 from . import procfs
 from .checks.stuck_tasks import read_task_memory, rank_from, syscall_of
 from .jobs import JobRef, from_cgroup
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable
+from .records import asdict, dataclass, field
 from .runner import DONE, Runner, Task, run_command
 
 MAX_TASKS = 256              # processes of one job on one node that are looked at in detail

@@ -23,6 +23,7 @@ import errno
 import os
 import re
 import stat
+
 from .records import dataclass
 
 KMSG = "/dev/kmsg"

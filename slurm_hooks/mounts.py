@@ -8,6 +8,7 @@ question is answered here, by string prefix.
 from __future__ import annotations
 
 import os
+
 from .records import dataclass
 
 # Filesystems whose health depends on a server or a network. Used to pick sensible

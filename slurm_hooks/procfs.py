@@ -11,6 +11,7 @@ Every function takes the /proc root, so tests can point them at a captured tree.
 from __future__ import annotations
 
 import os
+
 from .records import dataclass
 
 PROC = "/proc"

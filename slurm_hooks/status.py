@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import time
-from .records import asdict, dataclass, field
 
 from .breaker import cause_of
+from .records import asdict, dataclass, field
 from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")

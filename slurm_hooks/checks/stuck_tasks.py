@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import os
 import time
-from ..records import dataclass, field
 
 from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
 from ..reason import printable, shorten_path
+from ..records import dataclass, field
 from ..runner import DONE, Task
 
 NAME = "stuck_tasks"
