@@ -3,7 +3,8 @@
     .venv/bin/python bench/prolog.py [NEW_PREFIX [OLD_PREFIX]] [--runs N] [--skip-cluster]
 
 PREFIX is an installed slurm-hooks (packaging/install.sh's layout: PREFIX/bin/python and
-the programs); without one, the programs beside this interpreter. Three parts:
+the programs); without one, $SLURM_HOOKS_BIN's or the programs beside this interpreter.
+Three parts:
 
 1. The prolog alone: whole-process wall time of `slurm-hooks-prolog` with the
    environment slurmd gives it, healthy node, 2 probed paths, alternated with the bare
@@ -22,6 +23,7 @@ Part 3 starts nodes n1..n3: run it under the test suite's lock, as root:
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -110,11 +112,12 @@ def phases(prefix: Path, tmp: Path, runs: int) -> None:
     sitedirs = next((line.split("(", 1)[1].rstrip(")\n") for line in launcher.splitlines()
                      if line.startswith("sys.path.extend(")), "[]")
     code = PHASES.replace("SITEDIRS", sitedirs)
+    flags = ["-I", "-S"] if sitedirs != "[]" else ["-I"]     # pip's launchers leave the path to site
     env = prolog_env(node_config(tmp, "new"))
     start, got = [], {}
     for i in range(runs + 2):
         bare, _ = once([python, "-I", "-S", "-c", "pass"], {})
-        _, err = once([python, "-I", "-S", "-c", code], env)
+        _, err = once([python, *flags, "-c", code], env)
         if i < 2:
             continue
         start.append(bare)
@@ -160,7 +163,8 @@ def end_to_end(installs: dict[str, Path], tmp: Path, runs: int) -> None:
         none = statistics.median(times["none"])
         print(f"srun -w n1 true on the test cluster, {runs} alternated rounds: median ms (min), added to no prolog")
         for m, values in times.items():
-            label = {"none": "no prolog", "true": "Prolog=/bin/true (via the wrapper)"}.get(m, f"{m} slurm-hooks-prolog")
+            label = {"none": "no prolog", "true": "Prolog=/bin/true (via the wrapper)"}.get(
+                m, f"{m} slurm-hooks-prolog")
             med = statistics.median(values)
             print(f"  {label:40s} {med:6.1f} ({min(values):5.1f})  {med - none:+6.1f}")
     finally:
@@ -176,7 +180,9 @@ def main() -> None:
         i = args.index("--runs")
         runs = int(args[i + 1])
         del args[i:i + 2]
-    new = Path(args[0]) if args else Path(sys.executable).parent.parent
+    # An install's prefix; else $SLURM_HOOKS_BIN's (its slurm-hooks), else this interpreter's.
+    binary = os.environ.get("SLURM_HOOKS_BIN") or str(Path(sys.executable).parent / "slurm-hooks")
+    new = Path(args[0]) if args else Path(binary).parent.parent
     installs = {"new": new}
     if len(args) > 1:
         installs["old"] = Path(args[1])
