@@ -8,6 +8,10 @@ pattern from then on.
 """
 from __future__ import annotations
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    import re
+
 
 class LazyPattern:
     __slots__ = ("_source", "_flags", "_compiled")
@@ -15,7 +19,7 @@ class LazyPattern:
     def __init__(self, source: str, flags: int = 0):
         self._source = source
         self._flags = flags
-        self._compiled = None
+        self._compiled: re.Pattern[str] | None = None
 
     def __getattr__(self, name: str):
         # Only reached for names the stand-in lacks: match, search, sub, pattern, ...

@@ -144,7 +144,7 @@ class _StdlibFields:
 
 
 def _process(cls, frozen: bool):
-    fields = []
+    fields: list[_Field] = []
     for name, annotation in cls.__dict__.get("__annotations__", {}).items():
         if str(annotation).startswith(("ClassVar", "typing.ClassVar")):
             continue
