@@ -155,7 +155,7 @@ def end_to_end(installs: dict[str, Path], tmp: Path, runs: int) -> None:
                 cluster.reconfigure("" if block == ("none",) else f"Prolog={wrapper}\n")
                 k = i % len(block)
                 for m in block[k:] + block[:k]:
-                    mode.write_text(m)
+                    mode.write_text(m + "\n")
                     t0 = time.perf_counter()
                     subprocess.run(["srun", "-w", "n1", "-N1", "true"], env=cluster.env, check=True,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
