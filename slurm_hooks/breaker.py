@@ -40,7 +40,7 @@ class ClusterView:
 
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
-    out = slurm._run("-o", "show", "node").stdout
+    out = slurm.node_lines()
     view = ClusterView(total=0)
     for line in out.splitlines():
         if not line.startswith("NodeName="):
