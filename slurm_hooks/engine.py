@@ -345,12 +345,15 @@ def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
     our own drain, read the cluster again and step back when beyond the limit in the
     breaker's stable order (breaker.py)."""
     from .actions import DONE
-    from .breaker import cluster_view, step_back
-    from .slurm import SlurmError
+    from .breaker import cluster_view, settle, step_back
+    from .slurm import MIN_CALL, SlurmError
     drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
                and r.outcome == DONE and not r.action.replace_only]
     if not drained:
         return results
+    wait = settle(time.time())
+    if slurm.deadline is None or time.monotonic() + wait + MIN_CALL < slurm.deadline:
+        time.sleep(wait)         # every drain that sorts ahead of ours is visible after it
     try:
         why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
         if why:

@@ -194,7 +194,7 @@ class Slurm:
         if self.library:
             from . import slurmlib
             try:
-                return self._exec([sys.executable, "-I", slurmlib.__file__, self.scontrol, "nodes"]).stdout
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, self.scontrol, "nodes"]).stdout
             except SlurmUnavailable:
                 raise
             except SlurmError:

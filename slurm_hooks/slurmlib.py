@@ -8,7 +8,7 @@ every node, so it asks for the nodes alone: `slurm_load_node()` (REQUEST_NODE_IN
 printed by the library's own `slurm_print_node_info_msg()` in `scontrol -o`'s one-line
 format, which slurm.py already parses.
 
-This file runs as a separate process (`python3 -I slurmlib.py nodes [NODE]`) through
+This file runs as a separate process (`python3 -I -S slurmlib.py SCONTROL nodes [NODE]`) through
 the hang-safe runner: the library may block on slurmctld, and Slurm's `fatal()` (a bad
 slurm.conf) exits the whole process. It imports nothing but the standard library.
 
