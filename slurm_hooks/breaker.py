@@ -25,7 +25,8 @@ round of simultaneous runs no more than the limit stay drained.
 Cost to slurmctld, counted with sdiag: the view is one REQUEST_NODE_INFO through
 Slurm's client library (slurm.Slurm.node_lines; `scontrol show node` and every `sinfo`
 also ask for the partitions), and it primes the node lookup the drain would make. A
-held run costs 1 RPC, a run that drains 3 (view, drain, re-read), a run that steps
+held run costs 1 RPC, a run that drains 3 (view, drain, re-read; no re-read where the
+limit is at least the cluster's size: `can_overflow`), a run that steps
 back after a real race 4 (its undrain). Those four cannot be fewer: the node's own
 state must be read before a drain (a drain overwrites any reason, an admin's too), and
 its drain must be visible to the others before it can learn it came too late.
@@ -83,6 +84,13 @@ def settle(after: float, now: float | None = None, skew: float = CLOCK_SKEW) -> 
 
 def _natural(name: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def can_overflow(view: ClusterView, policy) -> bool:
+    """Could simultaneous drains go past the limit? Not when the limit is at least the
+    cluster's size (a small cluster under the default 10 nodes): no re-read then."""
+    cap = limit(view, policy)
+    return cap is not None and cap < view.total
 
 
 def keepers(view: ClusterView, policy) -> list[str] | None:

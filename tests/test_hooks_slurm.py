@@ -184,6 +184,11 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
     assert [a["outcome"] for a in rec["actions"]] == ["held"] and "stepped back" in rec["actions"][0]["message"]
     assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
     assert "DRAIN" not in cluster.node_state("n3") and "DRAIN" in cluster.node_state("n1")
+    # A limit no storm can pass (3 of 3 nodes): no re-read after the drain.
+    cfg["policy"]["max_drained_nodes"] = 3
+    rec, spent = run("n2")
+    assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n2")
+    assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
 
 
 def test_the_node_list_through_slurms_library_matches_scontrol(clean_cluster, tmp_path):
