@@ -102,3 +102,15 @@ def shorten_path(path: str, limit: int = 80) -> str:
         return path
     half = (limit - 1) // 2
     return path[:half] + "…" + path[-(limit - 1 - half):]
+
+
+def duration(seconds: float, at_least: bool = False) -> str:
+    """12s, 4m10s, 1h03m (`≥` in front for a lower bound)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m{s % 60:02d}s"
+    else:
+        text = f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"≥{text}" if at_least else text

@@ -72,7 +72,7 @@ class Status:
 
 def collect(slurm, prefix: str, now: float | None = None) -> Status:
     now = time.time() if now is None else now
-    nodes_out = slurm._run("-o", "show", "node").stdout
+    nodes_out = slurm.node_lines()
     jobs_out = slurm._run("-o", "show", "job").stdout
     jobs_by_node: dict[str, list[dict]] = {}
     for line in jobs_out.splitlines():
