@@ -15,11 +15,11 @@ waited for.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from .reason import one_line
 from .runner import DONE, Task
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .config import BesideConfig
 

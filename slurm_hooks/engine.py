@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from . import __version__
 from .checks import Context, for_hook, run_checks
 from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
+from .records import dataclass, field
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .config import Config
 

@@ -10,8 +10,7 @@ the entry points (cli.py, hooks.py) report it on stderr and syslog and then
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .config import Config
 

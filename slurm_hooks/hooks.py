@@ -31,13 +31,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import engine
 from .model import FAIL
 from .reason import GENERIC_FOR
+from .records import dataclass
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .config import Config
     from .engine import RunRecord

@@ -23,7 +23,9 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass
+
+from .procfs import boot_id  # noqa: F401  (kmsg.boot_id: where readers of the log look)
+from .records import dataclass
 
 KMSG = "/dev/kmsg"
 
@@ -132,14 +134,6 @@ def _read_file(fd: int, after_seq: int, limit: int) -> list[Record]:
             if len(out) >= limit:
                 break
     return out
-
-
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
 
 
 def match(records: list[Record], event: str):

@@ -7,9 +7,9 @@ holds exactly what the code decided on.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from .records import asdict, dataclass, field
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .outcomes import Code, Outcome
 

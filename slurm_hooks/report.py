@@ -1,12 +1,10 @@
 """Readable reports for people at a terminal."""
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
-
 from .model import FAIL, OK, WARN
 from .reason import clean_text
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .engine import RunRecord
 
@@ -44,4 +42,5 @@ def render(record: RunRecord) -> str:
 def render_json(record: RunRecord) -> str:
     # Paths and process names may hold bytes that are not UTF-8: the output must stay
     # valid UTF-8 (and valid JSON) for whatever reads it.
+    import json
     return clean_text(json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str))

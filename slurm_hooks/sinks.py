@@ -5,10 +5,10 @@ a failure of any of them is our own local failure (errors.py), reported, never f
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from .engine import COMMITTING, HEALTHY, UNHEALTHY, RunRecord, state_dir
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .config import Config
     from .state import StateStore

@@ -13,12 +13,15 @@ the hysteresis counts, not a file set aside).
 """
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any, Optional
 
+from . import jsonio
 from .errors import LocalError
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from typing import Any, Optional
 
 
 class StateError(LocalError):
@@ -52,7 +55,7 @@ class StateStore:
         path = self.path(name)
         if name in self._pending:
             staged = self._pending[name]
-            return expect() if staged is None else json.loads(staged[0])
+            return expect() if staged is None else jsonio.loads(staged[0])
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -62,7 +65,7 @@ class StateStore:
             self._failed(f"state file {path} not readable: {e.strerror or e}; starting afresh")
             return expect()
         try:
-            value = json.loads(data)
+            value = jsonio.loads(data)
             if not isinstance(value, expect):
                 raise ValueError(f"expected a JSON {expect.__name__}, got {type(value).__name__}")
             return value
@@ -91,7 +94,7 @@ class StateStore:
         """Atomically replace the file; durable=False skips the fsync, for state that
         may be lost in a crash without harm (metrics). Staged: kept until commit().
         False when it could not be written (the reason is in `errors`)."""
-        data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        data = jsonio.dumps(value, sort_keys=True, separators=(",", ":")).encode()
         if self.staged:
             self._pending[name] = (data, durable)
             return True

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
 
 from .breaker import cause_of
+from .records import asdict, dataclass, field
 from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
@@ -72,7 +72,7 @@ class Status:
 
 def collect(slurm, prefix: str, now: float | None = None) -> Status:
     now = time.time() if now is None else now
-    nodes_out = slurm.show_all("node")
+    nodes_out = slurm.node_lines()
     jobs_out = slurm.show_all("job")
     jobs_by_node: dict[str, list[dict]] = {}
     for line in jobs_out.splitlines():

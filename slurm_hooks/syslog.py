@@ -6,8 +6,8 @@ blocking: a missing or full socket loses the line, never the run.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .engine import RunRecord
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 import errno
 import os
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .. import config as cfgmod
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import normalise
+from ..records import dataclass
 from ..runner import DONE, HUNG, STILL_HUNG, Task
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import Config
     from ..runner import Outcome as TaskOutcome

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from ..jobs import JobRef
 from ..model import FAIL, OK, WARN, Finding
@@ -45,6 +44,7 @@ from .gpu_count import SYSFS, count_findings, locate
 from .gpu_health import health, system_errors
 from .gpu_xid import remember_xids, xid_findings
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import GpuConfig
     from ..runner import Outcome as TaskOutcome

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from .. import xid as xidmod
 from ..model import FAIL, WARN, Finding
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import GpuConfig
     from . import Context
@@ -66,7 +66,7 @@ def locate(ctx: Context, gpus: list[dict]) -> None:
     """Canonical PCI ids; a GPU that no longer answers (its handle lookup fails) is
     placed where the GPU of that index sat earlier in this boot: NVML numbers GPUs
     once per driver load, so within a boot the index still names the same slot."""
-    from ..kmsg import boot_id
+    from ..procfs import boot_id
     boot = boot_id()
     known = {entry["index"]: pci for pci, entry in ctx.state.load("gpu-inventory").items()
              if entry.get("boot") == boot}
@@ -79,7 +79,7 @@ def locate(ctx: Context, gpus: list[dict]) -> None:
 
 def count_findings(ctx: Context, cfg: GpuConfig, gpus: list[dict], by_pci: dict[str, dict],
                    sysfs: str = SYSFS) -> list[Finding]:
-    from ..kmsg import boot_id
+    from ..procfs import boot_id
     inventory = ctx.state.load("gpu-inventory")
     boot = boot_id()
     for pci, g in by_pci.items():

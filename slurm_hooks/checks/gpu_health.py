@@ -24,10 +24,9 @@ NVIDIA's documents, not guesses, decide what drains and what happens to the runn
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..model import FAIL, WARN, Finding
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import GpuConfig
 

@@ -6,11 +6,10 @@ kept in state (only a real run commits them: a look moves no cursor).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .. import xid as xidmod
 from ..model import FAIL, OK, WARN, Finding
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import GpuConfig
     from . import Context

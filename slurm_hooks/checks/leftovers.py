@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
 
 from .. import procfs
 from ..jobs import of_pid
 from ..model import WARN, Finding
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..runner import Outcome as TaskOutcome
     from . import Context
