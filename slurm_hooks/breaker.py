@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .slurm import foreign_states, node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_is_drained, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
 
@@ -40,12 +40,8 @@ class ClusterView:
 
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
-    out = slurm._run("-o", "show", "node").stdout
     view = ClusterView(total=0)
-    for line in out.splitlines():
-        if not line.startswith("NodeName="):
-            continue
-        info = parse_oneliner(line)
+    for info in slurm.list_nodes():
         view.total += 1
         view.infos[info["NodeName"]] = info
         raw = info.get("Reason", "")

@@ -121,11 +121,10 @@ def fix_reason(cfg, node: str, reason: str, replaces: str, delay: float) -> None
     check replaces the reason when it has (the hook-failure record stays)."""
     from .actions import DONE, SKIPPED, execute
     from .model import Action
-    from .slurm import Slurm
+    from .backend import open_backend
     from .state import StateStore
     time.sleep(delay)
-    slurm = Slurm(cfg.slurm)
-    slurm.deadline = time.monotonic() + cfg.actions.deadline
+    slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
     action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
     if result.outcome in (DONE, SKIPPED) and "nothing to replace" not in result.message:

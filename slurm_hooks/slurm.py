@@ -116,7 +116,12 @@ def find_scontrol(bin_dir: str | None) -> str | None:
 
 
 class Slurm:
+    """The scontrol backend (see backend.py for the interface)."""
+    name = "scontrol"
+
     def __init__(self, cfg):
+        self.choice = None                  # backend.Choice, when chosen by open_backend
+        self.running_version: str | None = None
         self.timeout = cfg.timeout
         self.scontrol = find_scontrol(cfg.bin_dir)
         self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
@@ -162,7 +167,32 @@ class Slurm:
             raise SlurmError(msg)
         return result
 
+    def timeout_left(self) -> float:
+        """The deadline one call may have now (raises OutOfTime when none is left)."""
+        return self._call_timeout()
+
+    def version(self) -> str:
+        """The running Slurm's version (`scontrol --version`: no RPC), e.g. '25.11.7'."""
+        if self.running_version is None:
+            if self.scontrol is None:
+                raise SlurmUnavailable(f"scontrol not found in {self.where}")
+            out = self._exec([self.scontrol, "--version"]).stdout.split()
+            if len(out) < 2 or not re.match(r"\d+\.\d+", out[-1]):
+                raise SlurmError(f"unexpected `scontrol --version` output: {' '.join(out)!r}")
+            self.running_version = out[-1]
+        return self.running_version
+
     # --- operations ----------------------------------------------------------------------
+    def list_nodes(self) -> list[dict[str, str]]:
+        """Every node's record (one RPC: the node list), for `status` and the breaker."""
+        out = self._run("-o", "show", "node").stdout
+        return [parse_oneliner(ln) for ln in out.splitlines() if ln.startswith("NodeName=")]
+
+    def list_jobs(self) -> list[dict[str, str]]:
+        """Every job's record Slurm still holds, for `status`."""
+        out = self._run("-o", "show", "job").stdout
+        return [parse_oneliner(ln) for ln in out.splitlines() if ln.startswith("JobId=")]
+
     def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
         """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
         try:

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .breaker import cause_of
-from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_flags, node_is_drained, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 _JOB_NODE = re.compile(r"node (\S+?):")
@@ -72,13 +72,9 @@ class Status:
 
 def collect(slurm, prefix: str, now: float | None = None) -> Status:
     now = time.time() if now is None else now
-    nodes_out = slurm._run("-o", "show", "node").stdout
-    jobs_out = slurm._run("-o", "show", "job").stdout
+    nodes = slurm.list_nodes()
     jobs_by_node: dict[str, list[dict]] = {}
-    for line in jobs_out.splitlines():
-        if not line.startswith("JobId="):
-            continue
-        info = parse_oneliner(line)
+    for info in slurm.list_jobs():
         comment = info.get("AdminComment", "")
         if prefix not in comment:
             continue
@@ -87,11 +83,8 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
                 "requeued": int(info.get("Restarts", "0") or 0) > 0})
     ours, others, total = [], [], 0
-    for line in nodes_out.splitlines():
-        if not line.startswith("NodeName="):
-            continue
+    for info in nodes:
         total += 1
-        info = parse_oneliner(line)
         if not node_is_drained(info) and not foreign_states(info):
             continue
         raw = info.get("Reason", "")

@@ -15,7 +15,8 @@ except ImportError:
     from slurmcluster import (SlurmCluster, cgroup_v1_freezer_mounted,
                               parse_kv_line, stale_daemons)
 
-pytestmark = pytest.mark.cluster
+# The fixture itself, not slurm-hooks: once per Slurm, not once per backend.
+pytestmark = [pytest.mark.cluster, pytest.mark.backend_independent]
 
 NODES = ("n1", "n2", "n3")
 

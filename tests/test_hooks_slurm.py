@@ -94,7 +94,7 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
 def healthcheck(cluster, tmp_path, node, **cfg):
     conf = tmp_path / f"{node}-manual.yaml"
     doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+           "slurm": cluster.hooks_slurm(timeout=10)}
     doc.update(cfg)
     conf.write_text(yaml.safe_dump(doc))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,

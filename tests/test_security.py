@@ -65,7 +65,7 @@ def configure(root: Path, cluster=None, **cfg) -> Path:
            "filesystems": [{"path": str(root)}],
            "stuck_tasks": {"grace": 0.5, "sample_window": 0.3}}
     if cluster is not None:
-        doc["slurm"] = {"conf": str(cluster.conf_path), "timeout": 10}
+        doc["slurm"] = cluster.hooks_slurm(timeout=10)
     _merge(doc, cfg)
     path = root / "slurm-hooks.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -27,7 +27,7 @@ open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
 def healthcheck(cluster, tmp_path, node, **cfg):
     conf = tmp_path / f"{node}-manual.yaml"
     doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+           "slurm": cluster.hooks_slurm(timeout=10)}
     doc.update(cfg)
     conf.write_text(yaml.safe_dump(doc))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
@@ -49,7 +49,7 @@ def our_drain_record(tmp_path, node, reason):
 
 def status_text(cluster, tmp_path):
     cfg = tmp_path / "status.yaml"
-    cfg.write_text(yaml.safe_dump({"slurm": {"conf": str(cluster.conf_path)}}))
+    cfg.write_text(yaml.safe_dump({"slurm": cluster.hooks_slurm()}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -156,13 +156,13 @@ def test_a_fault_that_survives_the_reboot_leaves_the_node_down(clean_cluster, hu
     stays DOWN with our reason, and no second reboot is asked for. A diskless node
     (state gone with the reboot) still finds out from Slurm."""
     from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm
+    from slurm_hooks.backend import open_backend
     cluster = clean_cluster
     prog, marker = reboot_program(tmp_path)
     cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\nResumeTimeout=300\n")
     reason = "slurm-hooks: pid 1234 stuck in write() on /gpfs/log (gpfs)"
     cluster.scontrol("update", "nodename=n2", "state=drain", f"reason={reason}")
-    Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10)).reboot("n2", reason)
+    open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10))).reboot("n2", reason)
     cluster.wait_for(marker.exists, 30, what="RebootProgram run")
     cluster.boot_slurmd("n2")
     assert cluster.show_node("n2")["Reason"].startswith(reason)

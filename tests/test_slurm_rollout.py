@@ -153,7 +153,7 @@ def test_one_file_for_every_node_with_settings_per_node_group(clean_cluster, hun
     conf = tmp_path / "slurm-hooks.yaml"
     conf.write_text(yaml.safe_dump({
         "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-        "slurm": {"conf": str(cluster.conf_path)},
+        "slurm": cluster.hooks_slurm(),
         "filesystems": [{"path": str(tmp_path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
         "node_groups": [{"nodes": "n[2-3]", "settings": {"filesystems": [{"path": str(hung_mount.path)}]}}]}))
     wrapper = tmp_path / "healthcheck"
@@ -206,7 +206,7 @@ def test_beside_a_hung_tool_is_cut_off_within_its_deadline(clean_cluster, tmp_pa
     hang.chmod(0o755)
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
-                                    "slurm": {"conf": str(cluster.conf_path)}, "filesystems": [{"path": str(tmp_path)}],
+                                    "slurm": cluster.hooks_slurm(), "filesystems": [{"path": str(tmp_path)}],
                                     "beside": {"command": [str(hang)], "timeout": 2}}))
     t0 = time.monotonic()
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,

@@ -246,9 +246,10 @@ class GpuCheck:
         cached = ctx.state.load("gres")
         if cached and time.time() - float(cached.get("at", 0)) < GRES_TTL:
             return cached.get("gpus")
-        from ..slurm import Slurm, SlurmError
+        from ..backend import open_backend
+        from ..slurm import SlurmError
         try:
-            info = Slurm(ctx.config.slurm).show_node(ctx.node)
+            info = open_backend(ctx.config.slurm).show_node(ctx.node)
         except SlurmError as e:
             ctx.notes.append(f"gpu count not checked: Slurm did not say this node's Gres ({e})")
             return None

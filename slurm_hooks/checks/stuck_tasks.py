@@ -564,6 +564,8 @@ def _own_children(ctx) -> set[tuple[int, int]]:
 
 
 def _listpids(ctx) -> dict[int, JobRef]:
+    # scontrol whatever slurm.backend says: listpids reads this host's slurmstepd
+    # sockets, there is no libslurm call for it (the pyslurm backend runs scontrol too).
     from ..slurm import Slurm, SlurmError
     try:
         return Slurm(ctx.config.slurm).listpids(ctx.node)
