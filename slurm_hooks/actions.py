@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import time
 
+from .backend import BackendError
 from .model import Action, ActionResult
 from .reason import one_line
 from .slurm import (REBOOT_STATES, OutOfTime, Slurm, SlurmError, SlurmUnavailable, foreign_states,
@@ -70,8 +71,10 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
             result = ActionResult(action, FAILED, f"not done, left for the next run: {e}", retry=True)
         except SlurmUnavailable as e:
             result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True)
+        except BackendError as e:
+            result = ActionResult(action, FAILED, f"not done: {e}")
         except SlurmError as e:
-            result = ActionResult(action, FAILED, f"scontrol refused: {e}")
+            result = ActionResult(action, FAILED, f"{getattr(slurm, 'name', 'scontrol')} refused: {e}")
         if result.outcome in (DONE, SKIPPED):
             now = time.time()
             for k in action.keys:

@@ -90,24 +90,28 @@ def choose(cfg, scontrol) -> Choice:
     setting = cfg.backend
     if setting == "scontrol":
         return Choice("scontrol", "slurm.backend: scontrol")
-    why = _pyslurm_unusable(cfg, scontrol)
+    why = _pyslurm_unusable(cfg, scontrol, forced=setting == "pyslurm")
     if why is None:
+        running = scontrol.running_version
         return Choice("pyslurm", f"{setting}: pyslurm {pyslurm_distribution()} built for the running "
-                      f"Slurm {scontrol.running_version}")
+                      f"Slurm {running}" if running else
+                      f"{setting}: pyslurm {pyslurm_distribution()}, the running Slurm's version unknown")
     if setting == "pyslurm":
         return Choice("pyslurm", "slurm.backend: pyslurm", error=f"slurm.backend is pyslurm, but {why}")
     return Choice("scontrol", f"auto: {why}")
 
 
-def _pyslurm_unusable(cfg, scontrol) -> str | None:
+def _pyslurm_unusable(cfg, scontrol, forced: bool) -> str | None:
     built = pyslurm_distribution()
     if built is None:
         return "pyslurm is not installed"
     try:
         running = scontrol.version()
     except SlurmError as e:
-        return f"the running Slurm's version is unknown ({e})"
-    if major_minor(built) != major_minor(running):
+        if not forced:
+            return f"the running Slurm's version is unknown ({e})"
+        running = None      # forced: whether pyslurm itself works says more (below)
+    if running is not None and major_minor(built) != major_minor(running):
         return (f"pyslurm {built} was built for Slurm {major_minor(built)}, the running Slurm is "
                 f"{running}")
     from .slurm_pyslurm import probe

@@ -82,6 +82,20 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
 _STAMP = re.compile(r"\[[^\]@]*@[^\]]*\]\s*$")
 
 
+def records(out: str, head: str) -> list[str]:
+    """The records of `scontrol -o show` output, each starting with `head` (`JobId=`).
+    One line each, except that Slurm 25.11 prints a newline inside a value (an
+    AdminComment an admin wrote with one) as it is: a line that does not start a
+    record belongs to the one before, and the newline to its value."""
+    out_records: list[str] = []
+    for line in out.splitlines():
+        if line.startswith(head):
+            out_records.append(line)
+        elif out_records:
+            out_records[-1] += "\n" + line
+    return out_records
+
+
 def _looks_like_text(key: str, seen: dict) -> bool:
     # Without a list of keys, treat lower-case words as text: scontrol's keys are
     # CamelCase (NodeName, State, AdminComment, MCS_label, ...).
@@ -185,13 +199,11 @@ class Slurm:
     # --- operations ----------------------------------------------------------------------
     def list_nodes(self) -> list[dict[str, str]]:
         """Every node's record (one RPC: the node list), for `status` and the breaker."""
-        out = self._run("-o", "show", "node").stdout
-        return [parse_oneliner(ln) for ln in out.splitlines() if ln.startswith("NodeName=")]
+        return [parse_oneliner(r) for r in records(self._run("-o", "show", "node").stdout, "NodeName=")]
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
-        out = self._run("-o", "show", "job").stdout
-        return [parse_oneliner(ln) for ln in out.splitlines() if ln.startswith("JobId=")]
+        return [parse_oneliner(r) for r in records(self._run("-o", "show", "job").stdout, "JobId=")]
 
     def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
         """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
@@ -205,10 +217,12 @@ class Slurm:
             raise
         # `show job ID` of an array's own id lists every element: take the record
         # whose JobId is the one asked for (an array's pending rest has it too).
-        head = f"NodeName={name} " if kind == "node" else f"JobId={name} "
-        line = next((ln for ln in out.splitlines() if ln.startswith(head)), None)
-        if line is None and kind == "node":
-            line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
+        first = "NodeName=" if kind == "node" else "JobId="
+        head = f"{first}{name} "
+        found = records(out, first)
+        line = next((r for r in found if r.startswith(head)), None)
+        if line is None and kind == "node" and found:
+            line = found[0]
         return parse_oneliner(line) if line else None
 
     def prime_node(self, info: dict[str, str]) -> None:

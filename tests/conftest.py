@@ -35,6 +35,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slurm_cluster: uses a real Slurm test cluster (set automatically)")
     config.addinivalue_line("markers", "backend_independent: a Slurm-facing test that never runs "
                             "slurm-hooks' Slurm backend: run once, not once per backend")
+    config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
+                            "built for it (runs in the --slurm-prefix session only)")
 
 
 def _other_slurm(config) -> bool:
@@ -70,7 +72,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("slurm_cluster")
             if missing:
                 item.add_marker(pytest.mark.skip(reason=f"{missing}: {HOW_TO_BUILD}"))
-        (keep if facing or not other else dropped).append(item)
+        built_only = item.get_closest_marker("built_slurm") is not None
+        (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep

@@ -40,9 +40,9 @@ if [ "$sessions" != distro ]; then
     rc=$?
     set -e
     if [ $rc -eq 0 ]; then
-        built_args=(--slurm-prefix "$prefix")
+        built_args=("--slurm-prefix=$prefix")
     elif [ $rc -eq 3 ]; then
-        built_args=(--slurm-missing "no Slurm source tarball at ${SLURM_SRC:-../shared/slurm/slurm-*.tar.xz}")
+        built_args=("--slurm-missing=no Slurm source tarball at ${SLURM_SRC:-../shared/slurm/slurm-*.tar.xz}")
     else
         echo "tests/run.sh: building Slurm from source failed (exit $rc)" >&2
         exit $rc

@@ -151,8 +151,16 @@ def parse_kv_line(line: str) -> dict[str, str]:
 
 
 def parse_kv_output(text: str) -> list[dict[str, str]]:
-    """Parse ``scontrol -o show ...`` output: one dict per non-empty line."""
-    return [parse_kv_line(ln) for ln in text.splitlines() if ln.strip()]
+    """Parse ``scontrol -o show ...`` output: one dict per record. A record is a line,
+    except that 25.11 prints a newline inside a value (an AdminComment) as it is: a
+    line that does not start a record continues the one before."""
+    records: list[str] = []
+    for ln in text.splitlines():
+        if records and not re.match(r"(NodeName|JobId|PartitionName)=", ln):
+            records[-1] += "\n" + ln
+        elif ln.strip():
+            records.append(ln)
+    return [parse_kv_line(r) for r in records]
 
 
 # --------------------------------------------------------------------------
@@ -924,8 +932,9 @@ class SlurmCluster:
 
         def ctld_loaded():
             cfg = self.show_config()
-            # 25.11 leaves Prolog and Epilog out of `show config` when they are unset.
-            return all(cfg.get(k, "(null)") == v for k, v in expect.items())
+            # 25.11 takes several Prolog and Epilog (`Prolog[0] = ...`), and leaves them
+            # out of `show config` when unset.
+            return all(cfg.get(k, cfg.get(f"{k}[0]", "(null)")) == v for k, v in expect.items())
         self.wait_for(ctld_loaded, timeout, what=f"slurmctld to load {expect}")
         if self._slurmd_logs_reconfig():
             def slurmd_loaded():

@@ -134,7 +134,7 @@ def sbatch_as(user, cluster, body: str, *args: str) -> int:
     user._n += 1
     script = user.write(f"job{user._n}.sh", "#!/bin/sh\n" + body, 0o755)
     conf = readable_by_users(cluster)
-    r = user.run("sbatch", "--parsable", "-N1", "-w", "n1", "--chdir", user.home,
+    r = user.run(cluster.binary("sbatch"), "--parsable", "-N1", "-w", "n1", "--chdir", user.home,
                  "-o", user.home / f"job{user._n}.out", *args, script, env=user.env(SLURM_CONF=str(conf)))
     return int(r.stdout.strip().split(";")[0])
 
