@@ -27,7 +27,7 @@ from .backend import BackendError
 from .model import Action, ActionResult
 from .reason import one_line
 from .slurm import (REBOOT_STATES, OutOfTime, Slurm, SlurmError, SlurmUnavailable, foreign_states,
-                    node_flags, node_is_drained, strip_reason_stamp)
+                    node_flags, node_is_drained, reason_is_current, strip_reason_stamp)
 
 DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = "done", "dry-run", "skipped", "failed", "report-only"
 # What slurmctld writes when a hook fails or a task cannot be killed. slurm-hooks puts
@@ -128,7 +128,7 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
         return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)")
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
-        if current.startswith(prefix):
+        if current.startswith(prefix) and reason_is_current(info):
             return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
                                 f"(reason: {current}); left as it is")
         return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "

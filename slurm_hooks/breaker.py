@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from .slurm import foreign_states, node_is_drained, strip_reason_stamp
+from .slurm import foreign_states, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
 
@@ -47,7 +47,8 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
         # Ours: drained, or DOWN/rebooting after a reboot we asked for.
-        if (node_is_drained(info) or foreign_states(info)) and reason.startswith(prefix):
+        if (node_is_drained(info) or foreign_states(info)) and reason_is_current(info) \
+                and reason.startswith(prefix):
             view.ours[info["NodeName"]] = reason[len(prefix):].strip()
             m = _STAMP.search(raw)
             view.stamps[info["NodeName"]] = m.group(1) if m else ""

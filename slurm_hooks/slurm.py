@@ -343,6 +343,17 @@ FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_REQ
 REBOOT_STATES = ("REBOOT_REQUESTED", "REBOOT_ISSUED")
 
 
+# States whose reason says why the node is in them. Slurm 25.11 keeps the last reason
+# on a node after RESUME or UNDRAIN, and a maintenance reservation sets none: beside
+# any other state the reason may be a stale one, nobody's word about now.
+REASON_STATES = ("DRAIN", "DOWN", "FAIL", "FAILING", "REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+def reason_is_current(info: dict[str, str]) -> bool:
+    flags = node_flags(info)
+    return any(s in flags for s in REASON_STATES) or node_is_drained(info)
+
+
 def foreign_states(info: dict[str, str]) -> list[str]:
     flags = node_flags(info)
     return [s for s in FOREIGN_STATES if s in flags]

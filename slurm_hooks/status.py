@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .breaker import cause_of
-from .slurm import foreign_states, node_flags, node_is_drained, strip_reason_stamp
+from .slurm import foreign_states, node_flags, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 _JOB_NODE = re.compile(r"node (\S+?):")
@@ -89,8 +89,8 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
             continue
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
-        if not reason.startswith(prefix):
-            others.append({"node": info["NodeName"], "reason": reason, "state": info.get("State", "")})
+        if not reason.startswith(prefix) or not reason_is_current(info):
+            others.append({"node": info["NodeName"], "reason": reason if reason_is_current(info) else "", "state": info.get("State", "")})
             continue
         m = _STAMP.search(raw)
         since, age = None, None

@@ -1008,6 +1008,15 @@ class SlurmCluster:
         """State as scontrol prints it, e.g. "IDLE", "IDLE+DRAIN", "MIXED+DRAIN"."""
         return self.show_node(name)["State"]
 
+    def out_of_service_reason(self, name: str) -> str:
+        """The node's reason while it is out of service (DRAIN, DOWN, FAIL, a reboot
+        pending), else "": Slurm 25.11 keeps the last reason on a resumed node."""
+        info = self.show_node(name)
+        state = info.get("State", "")
+        if any(f in state for f in ("DRAIN", "DOWN", "FAIL", "REBOOT", "MAINT")):
+            return info.get("Reason", "")
+        return ""
+
     def job_state(self, job_id: int | str) -> str:
         return self.show_job(job_id)["JobState"]
 
