@@ -145,6 +145,8 @@ class PyslurmBackend:
 
     def reboot(self, node: str, reason: str) -> None:
         # No libslurm call for it (scontrol sends REQUEST_REBOOT_NODES itself).
+        if self.choice.error:
+            raise BackendError(self.choice.error)
         self._scontrol.reboot(node, reason)
 
     def listpids(self, node: str) -> dict:
