@@ -84,9 +84,9 @@ def main() -> None:
         cluster.start()
         try:
             print(f"Slurm {cluster.version}")
-            jobs = [cluster.sbatch("-N1", "-o", "/dev/null", "--admin-comment",
-                                   f"slurm-hooks: node n1: job diagnosed {i}", script="sleep 300\n")
-                    for i in range(3)]
+            jobs = [cluster.sbatch("-N1", "-o", "/dev/null", script="sleep 300\n") for _ in range(3)]
+            for i, j in enumerate(jobs):
+                cluster.scontrol("update", f"jobid={j}", f"admincomment=slurm-hooks: node n1: job diagnosed {i}")
             status = {b: [] for b in BACKENDS}
             for _ in range(7):
                 for b in BACKENDS:
