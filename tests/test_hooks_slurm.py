@@ -49,8 +49,7 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     time.sleep(0.5)
     cluster.scontrol("update", f"jobid={job}", "timelimit=0:01", check=False)   # let the job end
     subprocess.run(["scancel", str(job)], env=cluster.env, check=True)
-    # The epilog runs once the unkillable step is given up: 25.11 takes ~40 s longer.
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"), 150,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"), 60,
                      what="n2 drained by the epilog with the precise reason")
     reason = cluster.show_node("n2")["Reason"]
     assert reason.startswith(f"slurm-hooks: job {job} left pid "), reason

@@ -180,8 +180,7 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     assert cluster.show_node("n3")["Reason"].startswith(f"slurm-hooks: job {job} pid ")
     # Slurm gives up killing the task (UnkillableStepTimeout), the node empties and
     # Slurm runs RebootProgram: the only cure.
-    # 25.11 gives the unkillable step up and empties the node ~40 s later than 22.05.
-    cluster.wait_for(marker.exists, 150, what="RebootProgram run by slurmd")
+    cluster.wait_for(marker.exists, 40, what="RebootProgram run by slurmd")
     requeues = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "requeue"]
     assert [a["outcome"] for a in requeues][0] == "done"
     assert all(a["outcome"] == "skipped" and "left running" not in a["message"] for a in requeues[1:])
