@@ -7,8 +7,10 @@ BENCHMARKS.md).
 2. 32-node test cluster (32 `slurmd -N` here), a 32-rank job: diagnose wall time
    (median of 3). Target: < 10 s, the odd rank named.
 3. The same 32 nodes, one filesystem outage (a required mount missing on every node),
-   32 health checks started at the same moment: nodes drained against the breaker's
-   limit (3), and slurmctld RPCs by type from `sdiag` (reset before).
+   32 health checks started at the same moment, five times from a clean cluster: nodes
+   drained against the breaker's limit (3), slurmctld RPCs by type from `sdiag` (reset
+   before) and each run's cost by what it did; one read of the node list through
+   Slurm's library against scontrol.
 
 Run as root from the repository (needs the Slurm test-cluster packages, see tests/run.sh):
     .venv/bin/python bench/diagnose.py
@@ -77,7 +79,23 @@ def sdiag(cluster) -> dict[str, int]:
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", part, re.M)}
 
 
-def storm(cluster, tmp: Path, limit: int = 3) -> None:
+def run_cost(record: dict) -> int:
+    """slurmctld RPCs one failing run made, by what it did: the node list (1), and for a
+    drain the drain and the re-read (2 more), and an undrain when it stepped back."""
+    [drain] = [a for a in record["actions"] if a["kind"] == "drain"]
+    if drain["outcome"] == "done":
+        return 3
+    if drain["outcome"] == "held" and "stepped back" in drain["message"]:
+        return 4 if record.get("_drained_first") else 2
+    return 1
+
+
+def storm(cluster, tmp: Path, limit: int = 3, rounds: int = 5) -> None:
+    """`rounds` storms, each on a clean cluster (no drain, no local state): the race
+    among simultaneous first runs is what the breaker must close."""
+    import json
+    import shutil
+    from collections import Counter
     conf_dir = tmp / "storm"
     conf_dir.mkdir()
     for node in cluster.nodes:
@@ -87,25 +105,52 @@ def storm(cluster, tmp: Path, limit: int = 3) -> None:
             "prometheus_textfile_dir": None, "gpu": {"enabled": "false"}, "stuck_tasks": {"enabled": False},
             "filesystems": [{"path": "/gpfs-bench", "mountpoint": "/gpfs-bench", "required": True}],
             "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
-    cluster.run("sdiag", "-r")
-    before = sdiag(cluster)
-    t0 = time.perf_counter()
-    procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
-                              env={"SLURMD_NODENAME": n, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{n}.yaml")})
-             for n in cluster.nodes]
-    for p in procs:
-        p.wait()
-    took = time.perf_counter() - t0
-    after = sdiag(cluster)
-    spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if k != "REQUEST_STATS_INFO"}
-    spent = {k: v for k, v in spent.items() if v > 0}
-    drained = [n for n, i in cluster.show_nodes().items() if "DRAIN" in i.get("State", "")]
-    total = sum(spent.values())
-    print(f"storm: {len(cluster.nodes)} simultaneous failing health checks in {took:.1f} s; "
-          f"drained {len(drained)} (limit {limit}): {drained}; slurmctld RPCs {total} "
-          f"({total / len(cluster.nodes):.2f} per run): {spent}")
-    cluster.resume_all()
+    for i in range(rounds):
+        shutil.rmtree(tmp / "state", ignore_errors=True)
+        for node in cluster.nodes:
+            (tmp / f"journal-{node}.jsonl").unlink(missing_ok=True)
+        cluster.run("sdiag", "-r")
+        before = sdiag(cluster)
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL,
+                                  env={"SLURMD_NODENAME": n, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{n}.yaml")})
+                 for n in cluster.nodes]
+        for p in procs:
+            p.wait()
+        took = time.perf_counter() - t0
+        after = sdiag(cluster)
+        spent = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("REQUEST_")}
+        spent = {k: v for k, v in spent.items() if v > 0 and k != "REQUEST_STATS_INFO"}
+        drained = [n for n, i in cluster.show_nodes().items() if "DRAIN" in i.get("State", "")]
+        costs = Counter()
+        for node in cluster.nodes:
+            rec = json.loads((tmp / f"journal-{node}.jsonl").read_text().splitlines()[0])
+            rec["_drained_first"] = True          # a clean cluster: a step-back follows our own drain
+            costs[run_cost(rec)] += 1
+        total = sum(spent.values())
+        print(f"storm {i + 1}: {len(cluster.nodes)} simultaneous failing health checks in {took:.1f} s; "
+              f"drained {len(drained)} (limit {limit}): {drained}; slurmctld RPCs {total} "
+              f"({total / len(cluster.nodes):.2f} per run): {spent}; runs by cost: "
+              + ", ".join(f"{n} x {c}" for c, n in sorted(costs.items())))
+        cluster.resume_all()
+
+
+def node_list_reads(cluster, n: int = 20) -> None:
+    """Wall time of one read of the node list: through Slurm's library (1 RPC) and
+    through scontrol (2)."""
+    from slurm_hooks.config import SlurmConfig
+    from slurm_hooks.slurm import Slurm
+    for label, library in (("library", True), ("scontrol", False)):
+        times = []
+        for _ in range(n):
+            slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path)))
+            slurm.library = library
+            t0 = time.perf_counter()
+            slurm.node_lines()
+            times.append(time.perf_counter() - t0)
+        print(f"node list via {label}, {len(cluster.nodes)} nodes, median of {n}: "
+              f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
 
 
 def main() -> None:
@@ -134,6 +179,7 @@ def main() -> None:
             print("32 nodes, no stacks:", median(c32, tmp, job, 3, "--no-stacks"))
             print("32 nodes, stacks:   ", median(c32, tmp, job, 3))
             c32.cancel_all()
+            node_list_reads(c32)
             storm(c32, tmp)
         finally:
             c32.stop()

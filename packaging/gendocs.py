@@ -22,7 +22,6 @@ import os
 import re
 import sys
 import time
-from dataclasses import MISSING
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
@@ -31,6 +30,7 @@ if SRC not in sys.path:
 
 from slurm_hooks import __version__, cli, config  # noqa: E402
 from slurm_hooks.checks import REGISTRY  # noqa: E402
+from slurm_hooks.records import MISSING  # noqa: E402
 
 PROGRAMS = ("slurm-hooks", "slurm-hooks-healthcheck", "slurm-hooks-prolog", "slurm-hooks-epilog")
 # Positionals and option values completed from a list (metavar -> words) or as files.

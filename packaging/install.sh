@@ -20,6 +20,29 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
 fi
 [ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
 "$prefix/bin/pip" install -q --disable-pip-version-check "$here"
+# Our own launchers in place of pip's. `-I`: no PYTHON* variables, no user site, not
+# the current directory (slurmd runs them as root). `-S`: the environment's packages
+# are put on the path here rather than by `site`, which would also run every .pth file
+# in them at each start. (`-IS` as one word: a shebang passes a single argument.) They
+# import only the program (pip's wrapper imports re) and end without the interpreter's
+# teardown (cli.exit_now). Keep in step with setup.cfg [options.entry_points].
+sitedirs=$("$prefix/bin/python" -I -c 'import sysconfig
+paths = [sysconfig.get_path(p) for p in ("purelib", "platlib")]
+print(repr(sorted(set(paths), key=paths.index)))')
+for entry in slurm-hooks:main slurm-hooks-healthcheck:healthcheck_main \
+             slurm-hooks-prolog:prolog_main slurm-hooks-epilog:epilog_main; do
+    name=${entry%%:*} func=${entry#*:}
+    cat > "$prefix/bin/.$name.new" <<EOF
+#!$prefix/bin/python -IS
+# $name: slurm-hooks, installed by packaging/install.sh
+import sys
+sys.path.extend($sitedirs)
+from slurm_hooks.cli import exit_now, $func
+exit_now($func())
+EOF
+    chmod 0755 "$prefix/bin/.$name.new"
+    mv -f "$prefix/bin/.$name.new" "$prefix/bin/$name"
+done
 
 mandir=${MANDIR:-/usr/local/share/man}
 completionsdir=${COMPLETIONSDIR:-/usr/local/share/bash-completion/completions}

@@ -68,8 +68,8 @@ LAUNCHER = """\
 # -I: no PYTHON* environment variables, no user site, not the current directory.
 import sys
 sys.path.insert(0, {libdir!r})
-from slurm_hooks.cli import {func}
-sys.exit({func}())
+from slurm_hooks.cli import exit_now, {func}
+exit_now({func}())
 """
 
 

@@ -13,19 +13,31 @@ So a node that has just drained itself reads the cluster again, and when more no
 are drained by slurm-hooks than the limit allows, the ones beyond the limit in one
 stable order (earliest reason stamp, then node name) step back: each resumes itself
 (only its own drain, with our prefix) and reports the drain as held. Every node
-computes the same order from the same reasons, so no coordination is needed; a node
-that read the cluster before the others had drained finds out on its next run.
+computes the same order from the same reasons, so no coordination is needed.
 
-Cost to slurmctld: the view is one `scontrol show node` (one RPC; the drained
-nodes' reasons and stamps come with it), the drain one, the re-read one; the
-view primes the node lookup the drain would otherwise make.
+The re-read waits for the second of its own drain to pass (`settle`). Slurm stamps a
+reason to the second, with slurmctld's clock, under the node lock: once slurmctld's
+clock has left our second, every drain stamped in it or before is visible, so the
+re-read sees every node that sorts ahead of ours, and none can come later and sort
+ahead. Each node's keep-or-step-back is then the one the whole order gives: after one
+round of simultaneous runs no more than the limit stay drained.
+
+Cost to slurmctld, counted with sdiag: the view is one REQUEST_NODE_INFO through
+Slurm's client library (slurm.Slurm.node_lines; `scontrol show node` and every `sinfo`
+also ask for the partitions), and it primes the node lookup the drain would make. A
+held run costs 1 RPC, a run that drains 3 (view, drain, re-read; no re-read where the
+limit is at least the cluster's size: `can_overflow`), a run that steps
+back after a real race 4 (its undrain). Those four cannot be fewer: the node's own
+state must be read before a drain (a drain overwrites any reason, an admin's too), and
+its drain must be visible to the others before it can learn it came too late.
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+import time
 
+from .records import dataclass, field
 from .slurm import foreign_states, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
@@ -55,8 +67,27 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
     return view
 
 
+# How far this node's clock may be from slurmctld's (NTP keeps them milliseconds apart;
+# Slurm's munge credentials already fail past a few minutes).
+CLOCK_SKEW = 0.3
+
+
+def settle(after: float, now: float | None = None, skew: float = CLOCK_SKEW) -> float:
+    """Seconds to wait, after a drain that returned by wall time `after`, until
+    slurmctld's clock has surely left the second the drain was stamped in."""
+    now = time.time() if now is None else now
+    return max(0.0, math.floor(after + skew) + 1 + skew - now)
+
+
 def _natural(name: str) -> list:
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
+def can_overflow(view: ClusterView, policy) -> bool:
+    """Could simultaneous drains go past the limit? Not when the limit is at least the
+    cluster's size (a small cluster under the default 10 nodes): no re-read then."""
+    cap = limit(view, policy)
+    return cap is not None and cap < view.total
 
 
 def keepers(view: ClusterView, policy) -> list[str] | None:

@@ -12,7 +12,8 @@ faster.
 from __future__ import annotations
 
 import os
-from dataclasses import MISSING, dataclass, field, fields
+
+from .records import MISSING, dataclass, field, fields
 
 DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
 ENV_VAR = "SLURM_HOOKS_CONFIG"
@@ -413,10 +414,10 @@ def _cache_file(cache_dir: str, path: str) -> str:
 def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
     if not cache_dir:
         return None
-    import json
+    from . import jsonio
     try:
         with open(_cache_file(cache_dir, path), "rb") as f:
-            entry = json.loads(f.read())
+            entry = jsonio.loads(f.read())
         if entry.get("key") != key:
             return None
         cfg = _from_dict(Config, entry["config"])
@@ -429,15 +430,15 @@ def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
 def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None:
     if not cache_dir:
         return
-    import json
-    from dataclasses import asdict
+    from . import jsonio
+    from .records import asdict
     target = _cache_file(cache_dir, path)
     tmp = f"{target}.{os.getpid()}.tmp"
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         _prune(cache_dir)
         with open(tmp, "w") as f:
-            json.dump({"key": key, "config": asdict(cfg)}, f)
+            f.write(jsonio.dumps({"key": key, "config": asdict(cfg)}))
         os.replace(tmp, target)
     except OSError:
         try:

@@ -25,9 +25,9 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 
-from .reason import one_line, printable, shorten_path
+from .reason import duration, one_line, printable, shorten_path
+from .records import asdict, dataclass, field
 
 BUSY_CPU = 50.0             # percent of one CPU over the sample: busy, not waiting
 GPU_IDLE = 10               # utilisation percent below which a held GPU counts as idle
@@ -235,7 +235,10 @@ def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
             where = f" on {shorten_path(t['file'], 100)} ({fs}D"
         else:
             where = f" at {t.get('wchan') or '?'} (D"
-        progress = {False: ", no progress", True: ", progressing"}.get(t.get("progress"), "")
+        if t.get("progress") is False and t.get("d_seconds") is not None:
+            progress = f" for {duration(t['d_seconds'], t.get('d_at_least', False))}"
+        else:
+            progress = {False: ", no progress", True: ", progressing"}.get(t.get("progress"), "")
         what = f"in {call}{where}{progress})"
         if t.get("frames"):
             what += f" from {_frame_key(t['frames'][0])}"

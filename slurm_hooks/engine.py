@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import asdict, dataclass, field
 
 from . import __version__
 from .checks import Context, run_checks
 from .model import FAIL, OK, WARN, ActionResult, CheckRun, Finding, worst
+from .records import asdict, dataclass, field
 
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
@@ -129,8 +129,8 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
-            and not os.path.exists(state.path("actions-done")):
-        return []                                   # the healthy fast path: no Slurm call
+            and not state.load("actions-done"):
+        return []          # the healthy fast path: no Slurm call (an empty ledger has nothing to expire)
 
     from .actions import LEDGER, execute
     from .model import Action
@@ -158,7 +158,7 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
             notes.append(slurm.choice.note())
     if slurm is not None:
         _job_picture(cfg, actions, slurm)
-    held = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     if (reboot or new_boot) and slurm is not None:
         after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
@@ -170,7 +170,9 @@ def take_actions(cfg, node: str, findings: list[Finding], dry_run: bool, state,
     queue = _merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, "held", why) for a, why in held]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
-    if held == [] and slurm is not None and hook == "healthcheck":
+    from .breaker import can_overflow
+    if held == [] and slurm is not None and hook == "healthcheck" and \
+            (view is None or can_overflow(view, cfg.policy)):
         # Only the health check re-reads the cluster: a prolog or epilog never reads the
         # node list (Slurm's guide), it honours the health checks' last view instead.
         results = _breaker_recheck(cfg, node, results, slurm, state)
@@ -307,24 +309,25 @@ def _cached_breaker(state) -> str | None:
     return None
 
 
-def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> list:
-    """[(action, why)] for the actions the drain-storm breaker holds back."""
+def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "healthcheck") -> tuple:
+    """([(action, why)] for the actions the drain-storm breaker holds back, the cluster
+    view it read or None)."""
     # A job's own problem (job_only) costs the node nothing and is never held back.
     risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
              and not a.replace_only and not a.job_only]
     if not risky or dry_run or slurm is None:
-        return []
+        return [], None
     if hook != "healthcheck":
         # A prolog or epilog never reads the whole node list (Slurm's guide: hooks
         # should not call Slurm commands): it honours the health checks' last view.
         why = _cached_breaker(state)
-        return [(a, why) for a in risky] if why else []
+        return ([(a, why) for a in risky] if why else []), None
     from .breaker import cluster_view, verdict
     from .slurm import SlurmError
     try:
         view = cluster_view(slurm, cfg.reason_prefix)
     except SlurmError:
-        return []              # no view: the drain itself will fail and be spooled
+        return [], None        # no view: the drain itself will fail and be spooled
     from .breaker import step_back
     back = step_back(view, node, cfg.policy)
     if back:
@@ -332,14 +335,14 @@ def _breaker(cfg, node: str, actions, slurm, dry_run: bool, state, hook: str = "
         try:
             slurm.resume(node)
         except SlurmError:
-            return []
+            return [], view
         state.save("breaker", {"open": True, "why": back, "at": time.time()})
-        return [(a, back) for a in risky]
+        return [(a, back) for a in risky], view
     if node in view.infos:
         slurm.prime_node(view.infos[node])      # the drain's own node lookup: no second RPC
     why = None if node in view.ours else verdict(view, node, cfg.policy)
     state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
-    return [(a, why) for a in risky] if why else []
+    return ([(a, why) for a in risky] if why else []), view
 
 
 def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
@@ -347,12 +350,15 @@ def _breaker_recheck(cfg, node: str, results: list, slurm, state) -> list:
     our own drain, read the cluster again and step back when beyond the limit in the
     breaker's stable order (breaker.py)."""
     from .actions import DONE
-    from .breaker import cluster_view, step_back
-    from .slurm import SlurmError
+    from .breaker import cluster_view, settle, step_back
+    from .slurm import MIN_CALL, SlurmError
     drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
                and r.outcome == DONE and not r.action.replace_only]
     if not drained:
         return results
+    wait = settle(time.time())
+    if slurm.deadline is None or time.monotonic() + wait + MIN_CALL < slurm.deadline:
+        time.sleep(wait)         # every drain that sorts ahead of ours is visible after it
     try:
         why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
         if why:

@@ -31,10 +31,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 from . import engine
 from .model import FAIL
+from .records import dataclass
 
 CHECKS = {"prolog": ["filesystem", "gpu"], "epilog": ["filesystem", "leftovers", "gpu"]}
 GENERIC = engine.GENERIC_FOR

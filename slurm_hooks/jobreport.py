@@ -19,6 +19,10 @@ Tasks are the job's processes found through their cgroup (jobs.py), so any launc
 counts (srun, mpirun, torchrun). The job's extern step (Slurm's own sleep) and the
 step this collector itself runs in are not the job's work and are left out.
 
+How long a thread without progress has been in D comes from the scheduler
+(procfs.off_cpu_seconds: when it last ran); where that cannot be read, from the health
+check's first sighting of it (its stuck-task state on this node), as a lower bound.
+
 Everything a user controls (command lines, paths, Python function and file names)
 goes through reason.printable before it is reported.
 """
@@ -29,13 +33,13 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
 
 from . import procfs
 from .checks.stuck_tasks import read_task_memory, rank_from, syscall_of
 from .jobs import JobRef, from_cgroup
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable
+from .records import asdict, dataclass, field
 from .runner import DONE, Runner, Task, run_command
 
 MAX_TASKS = 256              # processes of one job on one node that are looked at in detail
@@ -58,6 +62,8 @@ class ThreadInfo:
     fstype: str = ""
     mountpoint: str = ""
     progress: bool | None = None    # context switches changed during the sample (None: unknown)
+    d_seconds: float | None = None  # how long in this D sleep, for a D thread without progress
+    d_at_least: bool = False        # d_seconds is a lower bound (no scheduler clock to read)
     frames: list[str] = field(default_factory=list)   # Python frames, innermost first
     name: str = ""                  # Python thread name, from py-spy
 
@@ -232,7 +238,10 @@ def _pyspy(pyspy: str, pid: int, timeout: float) -> tuple[dict[int, tuple[str, l
 
 
 def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
-            deadline: float = 15.0, proc: str = procfs.PROC, pyspy_setting: str = "auto") -> NodeReport:
+            deadline: float = 15.0, proc: str = procfs.PROC, pyspy_setting: str = "auto",
+            sightings: dict | None = None) -> NodeReport:
+    """`sightings`: the health check's stuck-task state here (key -> first_seen), for
+    how long a D thread has been blocked where the scheduler's clock is not readable."""
     started = time.monotonic()
     report = NodeReport(node=node, job=job)
     found = job_tasks(job, node, proc)
@@ -255,6 +264,7 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     # Every thread's state, twice over the sample, to see which make progress.
     tables: dict = {}
     first: dict[tuple[int, int], tuple] = {}
+    sampled_at = time.time()
     path_args: dict[int, list[tuple[ThreadInfo, int]]] = {}
     for pid, info in infos.items():
         for tid in _tids(pid, proc):
@@ -286,6 +296,8 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             s = procfs.sample(pid, t.tid, proc)
             if s is not None and (pid, t.tid) in first:
                 t.progress = s.switches != first[(pid, t.tid)] or s.state == "R"
+                if t.state == "D" and s.state == "D" and not t.progress:
+                    _d_time(t, s, pid, proc, sightings or {}, time.time() - sampled_at)
 
     pyspy, why = find_pyspy(pyspy_setting) if stacks else (None, "")
     report.pyspy = pyspy or ""
@@ -336,6 +348,25 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     return report
 
 
+def _d_time(t: ThreadInfo, s: procfs.TaskSample, pid: int, proc: str, sightings: dict,
+            sampled: float) -> None:
+    """How long `t` has been in D: the scheduler's figure, else a lower bound from the
+    health check's first sighting of this very task (same switch counts) or this
+    collector's own sample."""
+    seconds = procfs.off_cpu_seconds(pid, t.tid, proc)
+    if seconds is not None:
+        t.d_seconds = round(seconds, 1)
+        return
+    seen = sightings.get(s.key)
+    bound = sampled
+    if isinstance(seen, dict) and tuple(seen.get("switches") or ()) == s.switches:
+        try:
+            bound = max(bound, time.time() - float(seen["first_seen"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    t.d_seconds, t.d_at_least = round(bound, 1), True
+
+
 def _tids(pid: int, proc: str) -> list[int]:
     try:
         return sorted(int(t) for t in os.listdir(f"{proc}/{pid}/task") if t.isdigit())
@@ -376,6 +407,20 @@ def gpus_held(pids: list[int], timeout: float = NVML_TIMEOUT) -> tuple[dict[int,
     return {p: i.gpus for p, i in infos.items()}, report.notes
 
 
+def _sightings(cfg, node: str) -> dict:
+    """The health check's stuck-task state on this node; {} when there is none or this
+    user may not read it (job-report also runs as the job's owner)."""
+    from .checks.stuck_tasks import STATE
+    from .engine import state_dir
+    from .state import StateStore
+    try:
+        with open(StateStore(state_dir(cfg, node)).path(STATE)) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: bool,
          deadline: float) -> int:
     from .engine import node_name
@@ -384,7 +429,7 @@ def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: 
         return 2
     node = node or node_name(cfg)
     report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline,
-                     pyspy_setting=cfg.diagnose.pyspy)
+                     pyspy_setting=cfg.diagnose.pyspy, sightings=_sightings(cfg, node))
     if as_json:
         # One line: diagnose reads one JSON document per node from srun's labelled output.
         print(json.dumps(report.to_json(), separators=(",", ":"), ensure_ascii=True))

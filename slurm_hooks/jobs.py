@@ -17,12 +17,12 @@ with Slurm before anything is done to it (actions.py).
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from . import lazyre
+from .records import dataclass
 
-_V1 = re.compile(r"/slurm(?:_(?P<node>[^/]+))?/uid_(?P<uid>\d+)/job_(?P<job>\d+)"
+_V1 = lazyre.compile(r"/slurm(?:_(?P<node>[^/]+))?/uid_(?P<uid>\d+)/job_(?P<job>\d+)"
                  r"(?:/step_(?P<step>[^/\s]+))?(?:/task_(?P<task>\d+))?(?:/|$)")
-_V2 = re.compile(r"/system\.slice/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
+_V2 = lazyre.compile(r"/system\.slice/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
                  r"(?:/step_(?P<step>[^/\s]+))?(?:/user)?(?:/task_(?P<task>\d+))?(?:/|$)")
 
 

@@ -16,13 +16,14 @@ line per action taken or attempted, so `grep '"event":"action"'` lists what was 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
 
+from . import jsonio
+
 
 def encode(record: dict) -> bytes:
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+    line = jsonio.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
     return line.encode("utf-8", "replace") + b"\n"
 
 
@@ -95,7 +96,7 @@ def read(path: str, limit: int | None = None, rotated: bool = True) -> list[dict
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            out.append(jsonio.loads(line))
         except ValueError:
             continue
     return out

@@ -23,7 +23,8 @@ import errno
 import os
 import re
 import stat
-from dataclasses import dataclass
+
+from .records import dataclass
 
 KMSG = "/dev/kmsg"
 

@@ -7,7 +7,7 @@ holds exactly what the code decided on.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from .records import asdict, dataclass, field
 
 # Severity decides what policy may do with a finding. Strings rather than an Enum keep
 # the journal readable and avoid an import on the health-check hot path.

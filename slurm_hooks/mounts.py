@@ -8,7 +8,8 @@ question is answered here, by string prefix.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from .records import dataclass
 
 # Filesystems whose health depends on a server or a network. Used to pick sensible
 # default probes and to classify what a stuck task is waiting on.

@@ -7,12 +7,12 @@ every string that reaches Slurm goes through here.
 """
 from __future__ import annotations
 
-import re
+from . import lazyre
 
 REASON_LIMIT = 255
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
-_QUOTES = re.compile(r"[\"'`]")
-_SPACES = re.compile(r"\s+")
+_CONTROL = lazyre.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+_QUOTES = lazyre.compile(r"[\"'`]")
+_SPACES = lazyre.compile(r"\s+")
 
 
 def clean_text(text) -> str:
@@ -30,10 +30,10 @@ def clean_text(text) -> str:
 
 # Characters that move the cursor, rewrite a terminal (ESC), break a line or reorder
 # text (bidi controls): none of them may reach a report, a log line or Slurm from a user.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+_UNPRINTABLE = lazyre.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m) -> str:
     c = ord(m.group(0))
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
@@ -44,7 +44,9 @@ def printable(text) -> str:
     finding, so no output (text, JSON, syslog, node reason, AdminComment, Prometheus)
     carries a control character a user chose."""
     text = clean_text(text)
-    if _UNPRINTABLE.search(text) is None:
+    # isprintable() is false for every character _UNPRINTABLE matches (and for more):
+    # most text needs no regular expression at all.
+    if text.isprintable() or _UNPRINTABLE.search(text) is None:
         return text
     return _UNPRINTABLE.sub(_escape, text)
 
@@ -100,3 +102,15 @@ def shorten_path(path: str, limit: int = 80) -> str:
         return path
     half = (limit - 1) // 2
     return path[:half] + "…" + path[-(limit - 1 - half):]
+
+
+def duration(seconds: float, at_least: bool = False) -> str:
+    """12s, 4m10s, 1h03m (`≥` in front for a lower bound)."""
+    s = max(0, int(seconds))
+    if s < 60:
+        text = f"{s}s"
+    elif s < 3600:
+        text = f"{s // 60}m{s % 60:02d}s"
+    else:
+        text = f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"≥{text}" if at_least else text

@@ -1,8 +1,6 @@
 """Readable reports for people at a terminal."""
 from __future__ import annotations
 
-import json
-
 from .model import FAIL, OK, WARN
 from .reason import clean_text
 
@@ -37,4 +35,5 @@ def render(record) -> str:
 def render_json(record) -> str:
     # Paths and process names may hold bytes that are not UTF-8: the output must stay
     # valid UTF-8 (and valid JSON) for whatever reads it.
+    import json
     return clean_text(json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str))

@@ -26,14 +26,21 @@ would cost tens of milliseconds per probe on every health check.
 from __future__ import annotations
 
 import errno
-import json
+import gc
 import os
 import select
-import signal
 import time
-from dataclasses import dataclass, field
 
+from . import jsonio
+from .records import dataclass, field
 from .state import StateStore
+
+try:
+    # The C module under `signal`, loaded with the interpreter: `signal` itself wraps
+    # the numbers in enums, and importing enum costs milliseconds on every run.
+    import _signal as signal
+except ImportError:            # not CPython
+    import signal  # type: ignore[no-redef]
 
 DONE = "done"              # the child finished and returned a value
 HUNG = "hung"              # the child missed its deadline and was killed
@@ -106,6 +113,9 @@ def _alive(pid: int, start: int) -> bool:
 
 def _child_main(task: Task, wfd: int) -> None:
     """Runs in the forked child; never returns."""
+    # A collection here would touch every object inherited from the parent and so copy
+    # its whole heap, page by page: the child lives for one task, refcounting suffices.
+    gc.disable()
     code = 0
     try:
         os.setsid()
@@ -124,13 +134,13 @@ def _child_main(task: Task, wfd: int) -> None:
             pass
 
         def progress(step: str) -> None:
-            os.write(wfd, json.dumps({"step": step}).encode() + b"\n")
+            os.write(wfd, jsonio.dumps({"step": step}).encode() + b"\n")
 
         try:
             value = task.func(progress, *task.args)
-            line = json.dumps({"result": value}, default=str)
+            line = jsonio.dumps({"result": value}, default=str)
         except BaseException as e:  # report, never propagate into the parent's code
-            line = json.dumps({"error": f"{type(e).__name__}: {e}"})
+            line = jsonio.dumps({"error": f"{type(e).__name__}: {e}"})
             code = 1
         data = memoryview(line.encode() + b"\n")
         while data:
@@ -154,6 +164,7 @@ class Runner:
         self.state = state
         self._stuck: dict[str, dict] | None = None
         self._dirty = False
+        self._running: set[int] = set()   # children started and not yet collected
 
     # --- the registry of stuck children --------------------------------------------
     def _registry(self) -> dict[str, dict]:
@@ -173,6 +184,11 @@ class Runner:
         """Targets with a live stuck child: key -> {pid, start, since, step}."""
         return dict(self._registry())
 
+    def running(self) -> set[int]:
+        """Pids of the children at work now: a /proc scan run meanwhile must not take
+        our own probes (in D during an fsync, say) for stuck tasks."""
+        return set(self._running)
+
     def _save(self) -> None:
         if self._dirty and self.state is not None:
             self.state.save(STATE_NAME, self._stuck or {})
@@ -182,10 +198,11 @@ class Runner:
     def run(self, tasks: list[Task]) -> dict[str, Outcome]:
         return self.collect(self.start(tasks))
 
-    def start(self, tasks: list[Task]) -> "Batch":
-        """Start the tasks' children and return at once; the caller may work meanwhile."""
+    def start(self, tasks: list[Task], batch: "Batch | None" = None) -> "Batch":
+        """Start the tasks' children and return at once; the caller may work meanwhile.
+        With `batch`, the children join it (one collect() waits for all)."""
         registry = self._registry()
-        batch = Batch()
+        batch = batch if batch is not None else Batch()
         for task in tasks:
             entry = registry.get(task.key)
             if entry is not None:
@@ -203,6 +220,7 @@ class Runner:
         """Wait for a started batch, never past its deadlines."""
         killed = self._collect(batch.children, batch.outcomes)
         self._settle(killed, batch.outcomes)
+        self._running.difference_update(c.pid for c in batch.children.values())
         self._save()
         return batch.outcomes
 
@@ -215,6 +233,7 @@ class Runner:
             _child_main(task, wfd)
         os.close(wfd)
         os.set_blocking(rfd, False)
+        self._running.add(pid)
         return _Child(task=task, pid=pid, fd=rfd, started=started, started_wall=wall)
 
     def _collect(self, children: dict[int, _Child], outcomes: dict[str, Outcome]) -> list[_Child]:
@@ -275,7 +294,7 @@ class Runner:
     @staticmethod
     def _line(child: _Child, line: bytes) -> None:
         try:
-            msg = json.loads(line)
+            msg = jsonio.loads(line)
         except ValueError:
             child.error = "unreadable child output"
             return

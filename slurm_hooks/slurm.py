@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import time
 
 from .runner import CommandResult, run_command
@@ -143,6 +144,7 @@ class Slurm:
         self.down: str | None = None       # set once slurmctld failed to answer
         self._primed: dict[str, dict] = {}  # node fields a caller has just read (used once)
         self.deadline: float | None = None  # monotonic time by which every call must end
+        self.library = True                 # slurmlib.py may be tried (False once it failed)
         conf = cfg.conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = conf
@@ -199,7 +201,7 @@ class Slurm:
     # --- operations ----------------------------------------------------------------------
     def list_nodes(self) -> list[dict[str, str]]:
         """Every node's record (one RPC: the node list), for `status` and the breaker."""
-        return [parse_oneliner(r) for r in records(self._run("-o", "show", "node").stdout, "NodeName=")]
+        return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
@@ -225,13 +227,34 @@ class Slurm:
             line = found[0]
         return parse_oneliner(line) if line else None
 
+    def node_lines(self) -> str:
+        """`scontrol -o show node` lines of every node. In one RPC to slurmctld through
+        Slurm's client library (slurmlib.py: the nodes alone, no `Partitions=`), else
+        through scontrol, which also loads the partitions (two RPCs)."""
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.down is not None:
+            raise SlurmUnavailable(self.down)
+        if self.library:
+            from . import slurmlib
+            try:
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, self.scontrol, "nodes"]).stdout
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                # No library next to this scontrol, or one this code cannot drive: scontrol
+                # answers the same, at the cost of the partition list.
+                self.library = False
+        return self._run("-o", "show", "node").stdout
+
     def prime_node(self, info: dict[str, str]) -> None:
         """Fields of a node just read by a wider query (the breaker's cluster view):
-        the next show_node of it answers from them instead of asking slurmctld again."""
+        show_node and node_state of it answer from them instead of asking slurmctld
+        again, until this run changes the node (drain, undrain, resume, reboot)."""
         self._primed[info["NodeName"]] = info
 
     def show_node(self, node: str) -> dict[str, str] | None:
-        primed = self._primed.pop(node, None)
+        primed = self._primed.get(node)
         if primed is not None:
             return primed
         return self._show("node", node, f"node {node.lower()} not found")
@@ -242,7 +265,7 @@ class Slurm:
         Through `sinfo -n NODE`, which asks slurmctld for that node alone
         (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
         and filters it in the client, and a prolog or epilog must not read the node list."""
-        primed = self._primed.pop(node, None)
+        primed = self._primed.get(node)
         if primed is not None:
             reason = strip_reason_stamp(primed.get("Reason", ""))
             return {"NodeName": node, "State": primed.get("State", "").upper(),
@@ -292,6 +315,7 @@ class Slurm:
         self._exec([scancel, job])
 
     def reboot(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
         # ASAP: drain now, reboot once the node's jobs are gone. nextstate=DOWN keeps
         # the node out of service after the boot, with our reason (Slurm appends
         # "reboot complete"), until a health check passes and slurm-hooks resumes it:
@@ -312,14 +336,17 @@ class Slurm:
             raise
 
     def drain(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
 
     def undrain(self, node: str) -> None:
+        self._primed.pop(node, None)
         # UNDRAIN (22.05+) only clears the drain flag: unlike RESUME it never brings a
         # DOWN node up nor cancels a pending reboot.
         self._run("update", f"nodename={node}", "state=undrain")
 
     def resume(self, node: str) -> None:
+        self._primed.pop(node, None)
         # Only for a node that is DOWN by our own doing (our reboot's nextstate=DOWN).
         self._run("update", f"nodename={node}", "state=resume")
 

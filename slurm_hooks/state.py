@@ -7,9 +7,10 @@ crashes on its own state would stop protecting the node.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
+
+from . import jsonio
 
 
 class StateStore:
@@ -34,7 +35,7 @@ class StateStore:
         except FileNotFoundError:
             return expect()
         try:
-            value = json.loads(data)
+            value = jsonio.loads(data)
             if not isinstance(value, expect):
                 raise ValueError(f"expected a JSON {expect.__name__}, got {type(value).__name__}")
             return value
@@ -54,7 +55,7 @@ class StateStore:
         self._ensure_dir()
         path = self.path(name)
         tmp = f"{path}.tmp.{os.getpid()}"
-        data = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        data = jsonio.dumps(value, sort_keys=True, separators=(",", ":")).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             view = memoryview(data)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, field
 
 from .breaker import cause_of
+from .records import asdict, dataclass, field
 from .slurm import foreign_states, node_flags, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")

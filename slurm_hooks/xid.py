@@ -32,7 +32,7 @@ GPU reset for some of their error bits drain, the others warn.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .records import dataclass
 
 DRAIN, RECORD, WARN = "drain", "record", "warn"
 

@@ -105,3 +105,24 @@ class KernelLog:
         return str(self.path)
 
     __str__ = __fspath__
+
+
+def sdiag_counts(cluster) -> dict[str, int]:
+    """slurmctld's count of each RPC type since the last `sdiag -r` ("REQUEST_NODE_INFO
+    ( 2007) count:12 ..."), sdiag's own request left out."""
+    import re
+    out = cluster.run("sdiag").stdout
+    part = out.split("Remote Procedure Call statistics by message type", 1)[-1]
+    part = part.split("Remote Procedure Call statistics by user", 1)[0]
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+)\s+\(\s*\d+\)\s+count:(\d+)", part, re.M)}
+    counts.pop("REQUEST_STATS_INFO", None)
+    return counts
+
+
+# What a health check may ask slurmctld about nodes: the list, one node, the partitions
+# (`scontrol show node` and `sinfo` load them too), and a drain or undrain.
+NODE_RPCS = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION_INFO", "REQUEST_UPDATE_NODE")
+
+
+def node_rpcs_spent(before: dict, after: dict) -> dict[str, int]:
+    return {k: after.get(k, 0) - before.get(k, 0) for k in NODE_RPCS if after.get(k, 0) - before.get(k, 0)}

@@ -29,7 +29,7 @@ def test_the_incident_shape_64_ranks_one_in_write():
                 threads = [thread(pid, "S", ALLREDUCE[1:]),
                            thread(pid + 500, "D", ["write (logger.py:14)"], syscall="write",
                                   file="/gpfs/run/log.txt", fstype="gpfs", mountpoint="/gpfs",
-                                  progress=False, wchan="mmfs_write", name="log")]
+                                  progress=False, wchan="mmfs_write", name="log", d_seconds=3785.2)]
                 gpu = {"index": 0, "utilization": 0}
             else:
                 threads = [thread(pid, "R", ALLREDUCE, syscall="running")]
@@ -40,11 +40,25 @@ def test_the_incident_shape_64_ranks_one_in_write():
         reports.append({"node": f"n{n + 1}", "job": "7", "tasks": tasks, "notes": []})
     d = aggregate("7", [f"n{i}" for i in range(1, 9)], reports, {})
     assert d.summary == (
-        "rank 0 on n1 is in write() on /gpfs/run/log.txt (gpfs, D, no progress) from write (logger.py); "
+        "rank 0 on n1 is in write() on /gpfs/run/log.txt (gpfs, D for 1h03m) from write (logger.py); "
         "ranks 1-63 on n1,n2,n3,... (8 nodes) busy in allreduce (ProcessGroupNCCL.py) < step (train.py) "
         "< <module> (train.py) (63 of 64); GPU0 on n1 idle, 63 GPUs busy")
     assert [len(g.members) for g in d.groups] == [1, 63]
     assert d.others == 8          # the batch shell (SLURM_PROCID=0 too) and rankless helpers
+
+
+def test_time_in_d_is_shown_and_a_lower_bound_says_so():
+    def odd_one(**kw):
+        blocked = thread(10, "D", [], syscall="write", file="/gpfs/log", fstype="gpfs", mountpoint="/gpfs", **kw)
+        reports = [{"node": "n1", "job": "7", "tasks": [task(10, "0", [blocked])]},
+                   {"node": "n2", "job": "7", "tasks": [task(11, "1", [thread(11, "S", ["wait (a.py:1)"])])]}]
+        return aggregate("7", ["n1", "n2"], reports, {}).summary.split(";")[0]
+
+    assert odd_one(progress=False, d_seconds=250.0, d_at_least=True) == \
+        "rank 0 on n1 is in write() on /gpfs/log (gpfs, D for ≥4m10s)"
+    assert odd_one(progress=False, d_seconds=12.4) == "rank 0 on n1 is in write() on /gpfs/log (gpfs, D for 12s)"
+    assert odd_one(progress=False) == "rank 0 on n1 is in write() on /gpfs/log (gpfs, D, no progress)"
+    assert odd_one(progress=True) == "rank 0 on n1 is in write() on /gpfs/log (gpfs, D, progressing)"
 
 
 def test_missing_nodes_are_findings_and_every_rank_alike_says_so():

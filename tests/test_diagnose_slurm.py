@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,12 +101,20 @@ def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_p
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, HUNG_RANKS, [hung_mount.path])
     env = config(tmp_path, cluster)
+    # Rank 0's thread blocks right after its start marker: held in D since about then.
+    blocked_at = (tmp_path / "barrier" / "started.0").stat().st_mtime
+    time.sleep(3)
+    before = time.time() - blocked_at
     r, took = diagnose(env, job)
+    after = time.time() - blocked_at
     assert r.returncode == 0, r.stderr + r.stdout
     summary = r.stdout.splitlines()[1]
-    # The odd one out first, with its node, system call, file and filesystem.
+    # The odd one out first, with its node, system call, file, filesystem and how long
+    # it has been in D (the scheduler's figure: no lower bound mark).
     assert summary.strip().startswith("rank 0 on n1 is in openat() on "), r.stdout
-    assert f"{hung_mount.path}/main_log.txt (fuse.fusefs, D, no progress) from write_log (ranks.py)" in summary
+    m = re.search(re.escape(f"{hung_mount.path}/main_log.txt (fuse.fusefs, D for ") + r"(\d+)s\) from write_log \(ranks.py\)",
+                  summary)
+    assert m and before - 1.5 <= int(m.group(1)) <= after + 1, (summary, before, after)
     assert "ranks 1-2 on n2,n3 busy in " in summary and "(2 of 3)" in summary
     # py-spy (the test extra) shows the Python frames of both groups.
     assert "write_log (ranks.py:" in r.stdout
@@ -121,6 +130,7 @@ def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_p
     assert len(blocked) == 1 and blocked[0]["name"] == "Thread-1 (write_log)"
     assert blocked[0]["frames"][0].startswith("write_log (ranks.py:")
     assert blocked[0]["wchan"] and blocked[0]["syscall"] == "openat"
+    assert not blocked[0]["d_at_least"] and before - 1.5 <= blocked[0]["d_seconds"] <= time.time() - blocked_at + 1
     busy = next(t for t in by_node["n2"]["tasks"] if t["rank"] == "1")
     assert busy["cpu_percent"] > 50
     assert busy["local_rank"] == "0" and "ranks.py" in busy["cmdline"]
@@ -308,15 +318,22 @@ def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_c
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 40, what="job requeued")
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
-    assert (f"; job-wide: rank 0 on n1 is in openat() on {hung_mount.path}/main_log.txt "
-            "(fuse.fusefs, D, no progress) from <module> (ranks.py); ") in comment
+    assert re.search(re.escape(f"; job-wide: rank 0 on n1 is in openat() on {hung_mount.path}/main_log.txt "
+                               "(fuse.fusefs, D for ") + r"\d+s\) from <module> \(ranks.py\); ", comment), comment
     # The others wait in their loop; one may be caught between two sleeps, so they can
     # come out as one group or two.
     others = comment.split("; job-wide: ", 1)[1]
     assert "n2" in others and "n3" in others and "waiting in <module> (ranks.py)" in others, others
-    sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
+    # The run's journal line is written after its actions: it may follow the requeue.
+    sick = cluster.wait_for(lambda: next((r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy"), None),
+                            10, what="the journal line of the run that requeued")
     requeue = next(a for a in sick["actions"] if a["kind"] == "requeue")
     assert requeue["outcome"] == "done" and "job-wide: rank 0 on n1 is in openat()" in requeue["text"]
+    # The health check's own finding says how long the task has been in D, by the scheduler.
+    [stuck] = [f for c in sick["checks"] for f in c["findings"] if f["check"] == "stuck_tasks"]
+    held = time.time() - (barrier / "started.0").stat().st_mtime
+    assert not stuck["evidence"]["d_at_least"] and 2 <= stuck["evidence"]["d_seconds"] <= held + 1, stuck
+    assert re.search(r" stuck for \d+s in openat\(\) on ", stuck["summary"]), stuck["summary"]
 
 
 SAME_FUNCTION = """

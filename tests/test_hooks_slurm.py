@@ -9,7 +9,7 @@ import time
 import pytest
 import yaml
 
-from helpers import SLURM_HOOKS, hook_wrapper, journal, write_node_configs
+from helpers import SLURM_HOOKS, hook_wrapper, journal, node_rpcs_spent, sdiag_counts, write_node_configs
 
 pytestmark = pytest.mark.cluster
 
@@ -150,6 +150,73 @@ def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
     cfg["policy"]["max_drained_nodes"] = 3
     rec = healthcheck(cluster, tmp_path, "n2", **cfg)
     assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n2")
+
+
+
+def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
+    """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
+    that drains costs the read, the drain and the re-read; a held run one read."""
+    cluster = clean_cluster
+    cfg = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
+           "policy": {"max_drained_nodes": 1, "max_drained_fraction": 0}}
+
+    def run(node):
+        cluster.run("sdiag", "-r")
+        before = sdiag_counts(cluster)
+        rec = healthcheck(cluster, tmp_path, node, **cfg)
+        return rec, node_rpcs_spent(before, sdiag_counts(cluster))
+
+    rec, spent = run("n1")
+    assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n1")
+    assert spent == {"REQUEST_NODE_INFO": 2, "REQUEST_UPDATE_NODE": 1}, spent
+    # The next failing run of the drained node: the read shows the drain is in place.
+    rec, spent = run("n1")
+    assert [a["outcome"] for a in rec["actions"]] == ["skipped"] and spent == {"REQUEST_NODE_INFO": 1}, spent
+    # At the limit: held after one read.
+    for node in ("n2", "n3"):
+        rec, spent = run(node)
+        assert [a["outcome"] for a in rec["actions"]] == ["held"] and spent == {"REQUEST_NODE_INFO": 1}, spent
+        assert "DRAIN" not in cluster.node_state(node)
+    # A node drained beyond the limit (a storm's run that read too early) steps back:
+    # the read and its undrain.
+    cluster.scontrol("update", "nodename=n3", "state=drain", f"reason=slurm-hooks: fs {hung_mount.path} read hung")
+    rec, spent = run("n3")
+    assert [a["outcome"] for a in rec["actions"]] == ["held"] and "stepped back" in rec["actions"][0]["message"]
+    assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
+    assert "DRAIN" not in cluster.node_state("n3") and "DRAIN" in cluster.node_state("n1")
+    # A limit no storm can pass (3 of 3 nodes): no re-read after the drain.
+    cfg["policy"]["max_drained_nodes"] = 3
+    rec, spent = run("n2")
+    assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n2")
+    assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
+
+
+def test_the_node_list_through_slurms_library_matches_scontrol(clean_cluster, tmp_path):
+    """One RPC through the library next to scontrol; two through scontrol where there is
+    no library (a scontrol alone in its directory), and the same nodes either way."""
+    from slurm_hooks.config import SlurmConfig
+    from slurm_hooks.slurm import Slurm, parse_oneliner
+    cluster = clean_cluster
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=ops: fan a=b [x] broken")
+    lone = tmp_path / "bin"
+    lone.mkdir()
+    (lone / "scontrol").symlink_to("/usr/bin/scontrol")
+
+    def nodes(bin_dir):
+        slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path), bin_dir=bin_dir))
+        cluster.run("sdiag", "-r")
+        before = sdiag_counts(cluster)
+        lines = [parse_oneliner(ln) for ln in slurm.node_lines().splitlines() if ln.startswith("NodeName=")]
+        return ({i["NodeName"]: (i["State"], i.get("Reason")) for i in lines},
+                node_rpcs_spent(before, sdiag_counts(cluster)), slurm.library)
+
+    via_lib, spent_lib, used_lib = nodes(None)
+    via_scontrol, spent_scontrol, used_scontrol = nodes(str(lone))
+    assert used_lib and not used_scontrol
+    assert spent_lib == {"REQUEST_NODE_INFO": 1}, spent_lib
+    assert spent_scontrol == {"REQUEST_NODE_INFO": 1, "REQUEST_PARTITION_INFO": 1}, spent_scontrol
+    assert via_lib == via_scontrol and sorted(via_lib) == ["n1", "n2", "n3"]
+    assert via_lib["n2"][0].startswith("IDLE+DRAIN") and via_lib["n2"][1].startswith("ops: fan a=b [x] broken [root@")
 
 
 HOSTILE = r"""

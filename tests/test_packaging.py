@@ -364,6 +364,26 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
     r = run([prefix / "bin/slurm-hooks", "--version"])
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
+    # The programs run the environment's python with -I -S: a planted PYTHONPATH, the
+    # current directory and the user site stay out, the environment's packages are in.
+    for name in PROGRAMS:
+        assert (prefix / "bin" / name).read_text().startswith(f"#!{prefix}/bin/python -IS\n"), name
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    for mod in ("slurm_hooks", "yaml", "psutil"):
+        (evil / f"{mod}.py").write_text("raise SystemExit('imported from PYTHONPATH or the cwd')\n")
+    (tmp_path / "fs").mkdir()
+    cfg = tmp_path / "node.yaml"
+    cfg.write_text(f"state_dir: {tmp_path}/state\njournal: {tmp_path}/journal.jsonl\n"
+                   f"filesystems:\n  - path: {tmp_path}/fs\n")
+    node = {"SLURMD_NODENAME": "n1", "SLURM_HOOKS_CONFIG": str(cfg), "PYTHONPATH": str(evil)}
+    r = run([prefix / "bin/slurm-hooks", "config", "check"], env=node, cwd=evil)
+    assert r.stdout.strip() == f"{cfg}: OK"            # read with yaml from the environment
+    r = run([prefix / "bin/slurm-hooks-prolog"], env=dict(node, SLURM_JOB_ID="7", SLURM_JOB_UID="0"), cwd=evil)
+    assert "slurm-hooks prolog on node n1" in r.stdout and "result: HEALTHY" in r.stdout, r.stdout
+    r = run([prefix / "bin/slurm-hooks-healthcheck"], env=node, cwd=evil, check=False)
+    assert r.returncode in (0, 1) and "slurm-hooks healthcheck on node n1" in r.stdout, (r.stdout, r.stderr)
+    assert "imported from" not in r.stdout + r.stderr
     for name in PROGRAMS:
         r = run(["man", "-w", name], env=dict(os.environ, MANPATH=str(mandir)))
         assert r.stdout.strip() == str(mandir / "man8/slurm-hooks.8.gz"), (name, r.stdout)

@@ -47,3 +47,10 @@ def test_shorten_path_keeps_both_ends():
     s = shorten_path(p, 60)
     assert len(s) == 60 and s.startswith("/gpfswork/") and s.endswith("main_log.txt")
     assert one_line("a\n\nb") == "a b"
+
+
+def test_durations_read_like_a_clock():
+    from slurm_hooks.reason import duration
+    assert [duration(s) for s in (0, 12.7, 59.9, 60, 250, 3599, 3785, 90000)] == \
+        ["0s", "12s", "59s", "1m00s", "4m10s", "59m59s", "1h03m", "25h00m"]
+    assert duration(250, at_least=True) == "≥4m10s"

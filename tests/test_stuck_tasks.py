@@ -175,3 +175,22 @@ def test_briefly_in_d_then_continues_is_not_flagged(stuck_check, late_mount, tmp
     assert stuck_check.about(rec, p.pid) == [] and rec["rc"] == 0
     state = json.loads((tmp_path / "state" / "testnode" / "stuck-tasks.json").read_text())
     assert not any(k.startswith(f"{p.pid}/") for k in state)
+
+
+def test_the_scheduler_says_how_long_a_thread_has_not_run():
+    """se.exec_start of /proc/PID/task/TID/sched against our own: a process asleep for
+    2 s has been off the CPU for 2 s (no CONFIG_SCHEDSTATS needed)."""
+    import subprocess
+    import time
+    from slurm_hooks import procfs
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.3)
+        start = time.monotonic()
+        time.sleep(2)
+        off = procfs.off_cpu_seconds(p.pid, p.pid)
+        assert off is not None and 2.0 - 0.1 <= off <= time.monotonic() - start + 0.5, off
+    finally:
+        p.kill()
+        p.wait()
+    assert procfs.off_cpu_seconds(p.pid, p.pid) is None        # gone: unknown, not zero

@@ -102,8 +102,10 @@ def test_captured_tree(tmp_path):
     assert findings[600].summary.startswith("pid 600 stuck") and findings[600].evidence["comm"] == "slurm-hooks-prb"
     job = findings[100]
     assert job.job == "55" and job.severity == "fail" and job.needs_reboot
-    assert job.summary.startswith("job 55 rank 3 pid 100 stuck 6")
+    # No sched files in the captured tree: the first sighting (600 s ago) bounds it.
+    assert job.summary.startswith("job 55 rank 3 pid 100 stuck for ≥10m0")
     assert job.summary.endswith("s in write() on /gpfs/run/main_log.txt (gpfs /gpfs)")
+    assert job.evidence["d_at_least"] and 600 <= job.evidence["d_seconds"] < 660
     assert job.reason == "job 55 pid 100 stuck in write() on /gpfs/run/main_log.txt (gpfs)"
     ev = job.evidence
     assert (ev["tids"], ev["fd"], ev["cause"], ev["step"], ev["task"]) == ([101], 7, "shared_filesystem", "0", "3")

@@ -18,11 +18,11 @@ from __future__ import annotations
 import errno
 import os
 import time
-from dataclasses import dataclass
 
 from .. import config as cfgmod
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import normalise
+from ..records import dataclass
 from ..runner import DONE, HUNG, STILL_HUNG, Task
 
 NAME = "filesystem"

@@ -36,13 +36,13 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
 
 from .. import procfs, syscalls
 from ..jobs import JobRef, from_cgroup
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
-from ..reason import printable, shorten_path
+from ..reason import duration, printable, shorten_path
+from ..records import dataclass, field
 from ..runner import DONE, Task
 
 NAME = "stuck_tasks"
@@ -78,6 +78,7 @@ class Stuck:
     wchan: str = ""
     stack: list[str] = field(default_factory=list)
     cause: str = "other"
+    blocked: float | None = None       # seconds in this D sleep by the scheduler (None: unreadable)
     rank: str | None = None
     cmdline: str = ""
     inspect: str = ""                   # how reading the process's memory went
@@ -258,9 +259,10 @@ class StuckTasksCheck:
         found = self._scan(ctx)
         self._seen_at, self._seen_wall = time.monotonic(), time.time()
         ours = _own_children(ctx)
+        running = ctx.runner.running()   # this run's probes, started before the scan
         for pid, tid, _comm, _state, start in found:
-            if (pid, start) in ours:
-                continue                 # our own stuck probe: its check reports it
+            if (pid, start) in ours or pid in running:
+                continue                 # our own probe: its check reports it
             s = procfs.sample(pid, tid, self.proc)
             if s is not None and s.state == "D":
                 self._seen.append(s)
@@ -404,6 +406,7 @@ class StuckTasksCheck:
             d.kernel = next((kernel[b.tid][0] for b, _ in items if b.tid in kernel), "")
             addrs = self._syscall(d, first.pid, first.tid)
             d.wchan = (procfs.text(f"{self.proc}/{pid}/task/{first.tid}/wchan") or "").strip()
+            d.blocked = procfs.off_cpu_seconds(pid, first.tid, self.proc)
             d.stack = procfs.stack(pid, first.tid, self.proc)
             results.append(d)
             if inspect_stuck >= INSPECT_STUCK_MAX:
@@ -504,7 +507,13 @@ class StuckTasksCheck:
         elif ref and ref.task is not None:
             who += f"task {ref.task} "
         threads = f" ({len(d.tids)} threads)" if len(d.tids) > 1 else ""
-        held = "still stuck after the job ended" if after_end else f"stuck {d.seconds:.0f}s"
+        # The scheduler knows when the thread went to sleep; our own sightings (and the
+        # kernel's hung-task line) only bound it from below.
+        # (Its clock leaves out interrupt and stolen time: a little behind ours.)
+        exact = d.blocked is not None and d.blocked >= d.seconds * 0.98 - 1
+        d_seconds = max(d.blocked, d.seconds) if exact else d.seconds
+        held = ("still stuck after the job ended" if after_end
+                else f"stuck for {duration(d_seconds, at_least=not exact)}")
         own = d.mount_owner is not None
         mine = own and d.mount_owner == s.uid
         if own:
@@ -519,6 +528,7 @@ class StuckTasksCheck:
             "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
             "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,
             "start_ticks": s.start, "comm": s.comm, "uid": s.uid, "seconds": round(d.seconds, 1),
+            "d_seconds": round(d_seconds, 1), "d_at_least": not exact,
             "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
             "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
