@@ -58,7 +58,7 @@ def start_job(cluster, tmp: Path, odd: int) -> int:
 def diagnose(cluster, tmp: Path, job: int, *args) -> tuple[float, str]:
     conf = tmp / f"{cluster.cluster_name}.yaml"
     conf.write_text(yaml.safe_dump({"journal": str(tmp / "j.jsonl"), "state_dir": str(tmp / "st"),
-                                    "slurm": {"conf": str(cluster.conf_path)}}))
+                                    "slurm": cluster.hooks_slurm()}))
     t0 = time.perf_counter()
     r = subprocess.run([str(BIN / "slurm-hooks"), "diagnose", str(job), *args], capture_output=True,
                        text=True, env={"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)})
@@ -101,7 +101,7 @@ def storm(cluster, tmp: Path, limit: int = 3, rounds: int = 5) -> None:
     for node in cluster.nodes:
         (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
             "state_dir": str(tmp / "state"), "journal": str(tmp / f"journal-{node}.jsonl"),
-            "slurm": {"conf": str(cluster.conf_path), "timeout": 20}, "syslog": False,
+            "slurm": cluster.hooks_slurm(timeout=20), "syslog": False,
             "prometheus_textfile_dir": None, "gpu": {"enabled": "false"}, "stuck_tasks": {"enabled": False},
             "filesystems": [{"path": "/gpfs-bench", "mountpoint": "/gpfs-bench", "required": True}],
             "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))

@@ -23,18 +23,19 @@ from __future__ import annotations
 import re
 import time
 
+from .backend import BackendError, SlurmBackend
 from .model import Action, ActionResult
 from .outcomes import Code, Outcome
 from .reason import is_generic, one_line
 from .slurm import (
     REBOOT_STATES,
     OutOfTime,
-    Slurm,
     SlurmError,
     SlurmUnavailable,
     foreign_states,
     node_flags,
     node_is_drained,
+    reason_is_current,
     strip_reason_stamp,
 )
 
@@ -49,7 +50,7 @@ TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 
 
-def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bool,
+def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
             ledger: dict | None = None, report_only: bool = False) -> list[ActionResult]:
     """Carry out actions in order; `ledger` (key -> {"done": t, "seen": t}) is read and updated."""
     ledger = ledger if ledger is not None else {}
@@ -76,8 +77,11 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
         except SlurmUnavailable as e:
             result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True,
                                   code=Code.SLURM_UNREACHABLE)
+        except BackendError as e:
+            result = ActionResult(action, FAILED, f"not done: {e}", code=Code.BACKEND_UNUSABLE)
         except SlurmError as e:
-            result = ActionResult(action, FAILED, f"scontrol refused: {e}", code=Code.REFUSED)
+            result = ActionResult(action, FAILED, f"{getattr(slurm, 'name', 'scontrol')} refused: {e}",
+                                  code=Code.REFUSED)
         if result.outcome in (DONE, SKIPPED):
             now = time.time()
             for k in action.keys:
@@ -86,7 +90,7 @@ def execute(actions: list[Action], slurm: Slurm | None, prefix: str, dry_run: bo
     return results
 
 
-def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
+def _apply(action: Action, slurm: SlurmBackend | None, prefix: str) -> ActionResult:
     if slurm is None:
         raise SlurmUnavailable("no Slurm backend")
     handler = _HANDLERS.get(action.kind)
@@ -95,7 +99,7 @@ def _apply(action: Action, slurm: Slurm | None, prefix: str) -> ActionResult:
     return handler(action, slurm, prefix)
 
 
-def _node(action: Action, slurm: Slurm):
+def _node(action: Action, slurm: SlurmBackend):
     """(info, reason without its stamp), or (None, failure) for an unknown node."""
     info = slurm.node_state(action.node)
     if info is None:
@@ -118,7 +122,7 @@ def rebooted_by_us(info: dict, reason: str, prefix: str, generic: str = "") -> b
             and (reason.startswith(prefix) or is_generic(reason, generic)))
 
 
-def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current
@@ -134,7 +138,7 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
                             code=Code.REPLACED_GENERIC)
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
-        if current.startswith(prefix):
+        if current.startswith(prefix) and reason_is_current(info):
             return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
                                 f"(reason: {current}); left as it is", code=Code.ALREADY_OURS)
         return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "
@@ -155,7 +159,7 @@ def _drain(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     return ActionResult(action, DONE)
 
 
-def _resume(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current
@@ -216,7 +220,7 @@ def _refused(action: Action, info: dict) -> ActionResult | None:
     return None
 
 
-def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult | None]:
+def _show_job(action: Action, slurm: SlurmBackend) -> tuple[str, dict, ActionResult | None]:
     """(the id to act on, Slurm's record, a refusal or None)."""
     job = action.job or ""
     info = slurm.show_job(job)
@@ -225,7 +229,7 @@ def _show_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult | N
     return job_address(info, job), info, _refused(action, info)
 
 
-def _comment(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _comment(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     job, info, refused = _show_job(action, slurm)
     if refused is not None:
         return refused
@@ -241,12 +245,12 @@ def _admin_comment(info: dict) -> str:
     return "" if value == "(null)" else value
 
 
-def _append_comment(slurm: Slurm, job: str, info: dict, text: str) -> None:
+def _append_comment(slurm: SlurmBackend, job: str, info: dict, text: str) -> None:
     old = _admin_comment(info)
     slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
 
 
-def _running_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult | None]:
+def _running_job(action: Action, slurm: SlurmBackend) -> tuple[str, dict, ActionResult | None]:
     """(the id to act on, Slurm's record, a result that ends the action here or None):
     the job must be Slurm's, this node's and the task user's, and not ended."""
     job, info, refused = _show_job(action, slurm)
@@ -258,7 +262,7 @@ def _running_job(action: Action, slurm: Slurm) -> tuple[str, dict, ActionResult 
     return job, info, None
 
 
-def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _requeue(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     job, info, ended = _running_job(action, slurm)
     if ended is not None:
         return ended
@@ -283,7 +287,7 @@ def _requeue(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     return _fallback(action, slurm, prefix, job, info, why)
 
 
-def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, why: str) -> ActionResult:
+def _fallback(action: Action, slurm: SlurmBackend, prefix: str, job: str, info: dict, why: str) -> ActionResult:
     cancel = action.fallback == "cancel"
     note = "cancelled instead" if cancel else "left running"
     msg = f"{note}: {why}" if cancel else f"not requeued, left running: {why}"
@@ -301,7 +305,7 @@ def _fallback(action: Action, slurm: Slurm, prefix: str, job: str, info: dict, w
     return ActionResult(action, SKIPPED, msg, code=Code.NOT_REQUEUED)
 
 
-def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _cancel(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     job, _, ended = _running_job(action, slurm)
     if ended is not None:
         return ended
@@ -309,7 +313,7 @@ def _cancel(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
     return ActionResult(action, DONE)
 
 
-def _reboot(action: Action, slurm: Slurm, prefix: str) -> ActionResult:
+def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current

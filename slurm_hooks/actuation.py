@@ -30,7 +30,7 @@ STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot",
 
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
                  hook: str = "healthcheck", started: float | None = None,
-                 others_failing: str | None = None) -> list[ActionResult]:
+                 others_failing: str | None = None, notes: list[str] | None = None) -> list[ActionResult]:
     """Policy, breaker, spool and ledger around the Slurm backend (see actions.py).
 
     `started`: the run's start (monotonic): every Slurm call ends by
@@ -70,10 +70,12 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         # Never resume while another tool fails the node: it would drain it again, and
         # the node would flap between the two.
         resume, drain = None, (dict(drain, passes=0) if drain else drain)
-    from .slurm import Slurm
-    slurm = None if dry_run or report_only else Slurm(cfg.slurm)
-    if slurm is not None and started is not None:
-        slurm.deadline = started + cfg.actions.deadline
+    slurm = None
+    if not dry_run and not report_only:
+        from .backend import open_backend
+        slurm = open_backend(cfg.slurm, None if started is None else started + cfg.actions.deadline)
+        if notes is not None and slurm.choice is not None:
+            notes.append(slurm.choice.note())
     if slurm is not None:
         _job_picture(cfg, actions, slurm)
     held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)

@@ -38,7 +38,7 @@ import re
 import time
 
 from .records import dataclass, field
-from .slurm import foreign_states, node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
 
@@ -52,18 +52,15 @@ class ClusterView:
 
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
-    out = slurm.node_lines()
     view = ClusterView(total=0)
-    for line in out.splitlines():
-        if not line.startswith("NodeName="):
-            continue
-        info = parse_oneliner(line)
+    for info in slurm.list_nodes():
         view.total += 1
         view.infos[info["NodeName"]] = info
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
         # Ours: drained, or DOWN/rebooting after a reboot we asked for.
-        if (node_is_drained(info) or foreign_states(info)) and reason.startswith(prefix):
+        if (node_is_drained(info) or foreign_states(info)) and reason_is_current(info) \
+                and reason.startswith(prefix):
             view.ours[info["NodeName"]] = reason[len(prefix):].strip()
             m = _STAMP.search(raw)
             view.stamps[info["NodeName"]] = m.group(1) if m else ""

@@ -207,10 +207,11 @@ def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
 def _status(cfg: Config, as_json: bool) -> int:
     import json
 
-    from .slurm import Slurm, SlurmError
+    from .backend import open_backend
+    from .slurm import SlurmError
     from .status import collect, render
     try:
-        st = collect(Slurm(cfg.slurm), cfg.reason_prefix)
+        st = collect(open_backend(cfg.slurm), cfg.reason_prefix)
     except SlurmError as e:
         print(f"slurm-hooks status: cannot ask Slurm: {e}", file=sys.stderr)
         return EXIT_UNHEALTHY
@@ -243,7 +244,14 @@ def _config_command(args) -> int:
 
         from .records import asdict
         cfg = _load_config(args.config)
-        print(json.dumps(asdict(cfg), indent=2))
+        shown = asdict(cfg)
+        # Not a setting: which backend slurm.backend resolves to here, and why.
+        from .backend import choose
+        from .slurm import Slurm
+        choice = choose(cfg.slurm, Slurm(cfg.slurm))
+        shown["slurm_backend_in_use"] = {"backend": choice.backend, "why": choice.why,
+                                         **({"error": choice.error} if choice.error else {})}
+        print(json.dumps(shown, indent=2))
         return EXIT_OK
     raise AssertionError(args.config_command)
 

@@ -105,6 +105,14 @@ class SlurmConfig:
     timeout: float = setting(15.0, kind="seconds",
                              doc="Deadline of each scontrol call. An unreachable slurmctld "
                              "takes about 9 s to be reported by scontrol itself.")
+    backend: str = setting("auto", kind="enum", choices=("auto", "scontrol", "pyslurm"),
+                           doc="How Slurm is asked: `scontrol` (a program per call), or "
+                           "`pyslurm` (libslurm through the pyslurm binding, in a child with "
+                           "the same deadline). `auto`: pyslurm when it is installed and was "
+                           "built for the running Slurm's major.minor (`scontrol --version`), "
+                           "else scontrol; the choice and why are in `config show` and the "
+                           "journal. `pyslurm` forces it and fails with a clear error on a "
+                           "mismatch.")
 
 
 @dataclass

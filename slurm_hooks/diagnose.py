@@ -398,9 +398,13 @@ def render_node(report: dict) -> str:
 # --- the command, and the health check's capture ------------------------------------------
 def diagnose(cfg, job: str, timeout: float, stacks: bool, sample: float | None = None) -> Diagnosis:
     from . import hostlist
-    from .slurm import Slurm, SlurmError
+    from .backend import open_backend
+    from .slurm import SlurmError
     started = time.monotonic()
-    slurm = Slurm(cfg.slurm)
+    try:
+        slurm = open_backend(cfg.slurm)
+    except SlurmError as e:
+        raise DiagnoseError(f"cannot ask Slurm about job {job}: {e}") from None
     try:
         info = slurm.show_job(job)
     except SlurmError as e:
@@ -429,13 +433,14 @@ def record(cfg, d: Diagnosis) -> list[str]:
     """The summary into the job's AdminComment (after the admin's own text) and the
     journal. Returns what could not be done."""
     from . import journal
+    from .backend import open_backend
     from .reason import truncate_bytes
-    from .slurm import Slurm, SlurmError
+    from .slurm import SlurmError
     problems = []
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     text = truncate_bytes(one_line(f"{cfg.reason_prefix} diagnose {stamp}: {d.summary}"), 1000)
-    slurm = Slurm(cfg.slurm)
     try:
+        slurm = open_backend(cfg.slurm)
         info = slurm.show_job(d.job) or {}
         old = info.get("AdminComment", "")
         old = "" if old == "(null)" else old.strip()

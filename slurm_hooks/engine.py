@@ -131,7 +131,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     if act:
         from .actuation import take_actions
         record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook, started=t0,
-                                      others_failing=others_failing)
+                                      others_failing=others_failing, notes=record.notes)
     reap_finished()
     if hook in COMMITTING and not dry_run:
         state.commit()

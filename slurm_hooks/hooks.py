@@ -138,13 +138,12 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float)
     prolog/epilog guide). If Slurm has not drained the node by then, the next health
     check replaces the reason when it has (the hook-failure record stays)."""
     from .actions import execute
+    from .backend import open_backend
     from .model import Action
     from .outcomes import Code, Outcome
-    from .slurm import Slurm
     from .state import StateStore
     time.sleep(delay)
-    slurm = Slurm(cfg.slurm)
-    slurm.deadline = time.monotonic() + cfg.actions.deadline
+    slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
     action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
     if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:

@@ -35,6 +35,7 @@ class Code(str, Enum):
     SLURM_UNREACHABLE = "slurm_unreachable"  # no answer from slurmctld: spooled
     OUT_OF_TIME = "out_of_time"            # the run's deadline for Slurm calls: spooled
     REFUSED = "refused"                    # scontrol said no
+    BACKEND_UNUSABLE = "backend_unusable"  # slurm.backend: pyslurm forced but unusable here
     UNKNOWN_ACTION = "unknown_action"
     UNKNOWN_NODE = "unknown_node"
     UNKNOWN_JOB = "unknown_job"

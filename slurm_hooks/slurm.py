@@ -21,6 +21,10 @@ import time
 
 from .runner import CommandResult, run_command
 
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .backend import Choice
+
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
 SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -83,6 +87,20 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
 _STAMP = re.compile(r"\[[^\]@]*@[^\]]*\]\s*$")
 
 
+def records(out: str, head: str) -> list[str]:
+    """The records of `scontrol -o show` output, each starting with `head` (`JobId=`).
+    One line each, except that Slurm 25.11 prints a newline inside a value (an
+    AdminComment an admin wrote with one) as it is: a line that does not start a
+    record belongs to the one before, and the newline to its value."""
+    out_records: list[str] = []
+    for line in out.splitlines():
+        if line.startswith(head):
+            out_records.append(line)
+        elif out_records:
+            out_records[-1] += "\n" + line
+    return out_records
+
+
 def _looks_like_text(key: str, seen: dict) -> bool:
     # Without a list of keys, treat lower-case words as text: scontrol's keys are
     # CamelCase (NodeName, State, AdminComment, MCS_label, ...).
@@ -117,7 +135,12 @@ def find_scontrol(bin_dir: str | None) -> str | None:
 
 
 class Slurm:
+    """The scontrol backend (see backend.py for the interface)."""
+    name = "scontrol"
+
     def __init__(self, cfg):
+        self.choice: Choice | None = None   # when chosen by open_backend
+        self.running_version: str | None = None
         self.timeout = cfg.timeout
         self.scontrol = find_scontrol(cfg.bin_dir)
         self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
@@ -164,11 +187,29 @@ class Slurm:
             raise SlurmError(msg)
         return result
 
+    def timeout_left(self) -> float:
+        """The deadline one call may have now (raises OutOfTime when none is left)."""
+        return self._call_timeout()
+
+    def version(self) -> str:
+        """The running Slurm's version (`scontrol --version`: no RPC), e.g. '25.11.7'."""
+        if self.running_version is None:
+            if self.scontrol is None:
+                raise SlurmUnavailable(f"scontrol not found in {self.where}")
+            out = self._exec([self.scontrol, "--version"]).stdout.split()
+            if len(out) < 2 or not re.match(r"\d+\.\d+", out[-1]):
+                raise SlurmError(f"unexpected `scontrol --version` output: {' '.join(out)!r}")
+            self.running_version = out[-1]
+        return self.running_version
+
     # --- operations ----------------------------------------------------------------------
-    def show_all(self, kind: str) -> str:
-        """`scontrol -o show KIND` (node or job): every record, one per line. The health
-        check's breaker and `status` only; a prolog or epilog never reads the lists."""
-        return self._run("-o", "show", kind).stdout
+    def list_nodes(self) -> list[dict[str, str]]:
+        """Every node's record (one RPC: the node list), for `status` and the breaker."""
+        return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
+
+    def list_jobs(self) -> list[dict[str, str]]:
+        """Every job's record Slurm still holds, for `status`."""
+        return [parse_oneliner(r) for r in records(self._run("-o", "show", "job").stdout, "JobId=")]
 
     def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
         """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
@@ -182,10 +223,12 @@ class Slurm:
             raise
         # `show job ID` of an array's own id lists every element: take the record
         # whose JobId is the one asked for (an array's pending rest has it too).
-        head = f"NodeName={name} " if kind == "node" else f"JobId={name} "
-        line = next((ln for ln in out.splitlines() if ln.startswith(head)), None)
-        if line is None and kind == "node":
-            line = next((ln for ln in out.splitlines() if ln.startswith("NodeName=")), None)
+        first = "NodeName=" if kind == "node" else "JobId="
+        head = f"{first}{name} "
+        found = records(out, first)
+        line = next((r for r in found if r.startswith(head)), None)
+        if line is None and kind == "node" and found:
+            line = found[0]
         return parse_oneliner(line) if line else None
 
     def node_lines(self) -> str:
@@ -329,6 +372,17 @@ def node_is_drained(info: dict[str, str]) -> bool:
 FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED",
                   "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "FUTURE", "INVAL")
 REBOOT_STATES = ("REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+# States whose reason says why the node is in them. Slurm 25.11 keeps the last reason
+# on a node after RESUME or UNDRAIN, and a maintenance reservation sets none: beside
+# any other state the reason may be a stale one, nobody's word about now.
+REASON_STATES = ("DRAIN", "DOWN", "FAIL", "FAILING", "REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+def reason_is_current(info: dict[str, str]) -> bool:
+    flags = node_flags(info)
+    return any(s in flags for s in REASON_STATES) or node_is_drained(info)
 
 
 def foreign_states(info: dict[str, str]) -> list[str]:

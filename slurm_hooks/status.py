@@ -12,7 +12,7 @@ import time
 
 from .breaker import cause_of
 from .records import asdict, dataclass, field
-from .slurm import foreign_states, node_flags, node_is_drained, parse_oneliner, strip_reason_stamp
+from .slurm import foreign_states, node_flags, node_is_drained, reason_is_current, strip_reason_stamp
 
 _STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 _JOB_NODE = re.compile(r"node (\S+?):")
@@ -72,13 +72,9 @@ class Status:
 
 def collect(slurm, prefix: str, now: float | None = None) -> Status:
     now = time.time() if now is None else now
-    nodes_out = slurm.node_lines()
-    jobs_out = slurm.show_all("job")
+    nodes = slurm.list_nodes()
     jobs_by_node: dict[str, list[dict]] = {}
-    for line in jobs_out.splitlines():
-        if not line.startswith("JobId="):
-            continue
-        info = parse_oneliner(line)
+    for info in slurm.list_jobs():
         comment = info.get("AdminComment", "")
         if prefix not in comment:
             continue
@@ -87,17 +83,15 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
                 "requeued": int(info.get("Restarts", "0") or 0) > 0})
     ours, others, total = [], [], 0
-    for line in nodes_out.splitlines():
-        if not line.startswith("NodeName="):
-            continue
+    for info in nodes:
         total += 1
-        info = parse_oneliner(line)
         if not node_is_drained(info) and not foreign_states(info):
             continue
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
-        if not reason.startswith(prefix):
-            others.append({"node": info["NodeName"], "reason": reason, "state": info.get("State", "")})
+        if not reason.startswith(prefix) or not reason_is_current(info):
+            others.append({"node": info["NodeName"], "reason": reason if reason_is_current(info) else "",
+                           "state": info.get("State", "")})
             continue
         m = _STAMP.search(raw)
         since, age = None, None

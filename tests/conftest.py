@@ -12,14 +12,113 @@ try:  # tests/ as a package or as a plain directory on sys.path
 except ImportError:
     from slurmcluster import SlurmCluster
 
+# The fixtures that start a real Slurm cluster. A test using any of them is
+# Slurm-facing: it is marked `slurm_cluster`, and it is what a session against another
+# Slurm (--slurm-prefix) runs, once per slurm-hooks backend.
+CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
+BACKENDS = ("scontrol", "pyslurm")
+HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
+                "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("slurm", "which Slurm the test cluster runs")
+    group.addoption("--slurm-prefix", default=os.environ.get("SLURM_HOOKS_TEST_SLURM_PREFIX") or None,
+                    help="run only the Slurm-facing tests, on a cluster of the Slurm installed "
+                    "under this prefix (tests/build_slurm.sh prints it), once per backend; "
+                    "default: the whole suite on the distribution's Slurm")
+    group.addoption("--slurm-missing", default=None, metavar="WHY",
+                    help="the Slurm to test is not available: skip the Slurm-facing tests, saying WHY")
+    group.addoption("--slurm-backends", default=None,
+                    help="comma-separated slurm.backend values each Slurm-facing test runs with "
+                    "(default with --slurm-prefix: scontrol,pyslurm; else slurm-hooks' default, auto)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slurm_cluster: uses a real Slurm test cluster (set automatically)")
+    config.addinivalue_line("markers", "backend_independent: a Slurm-facing test that never runs "
+                            "slurm-hooks' Slurm backend: run once, not once per backend")
+    config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
+                            "built for it (runs in the --slurm-prefix session only)")
+
+
+def _other_slurm(config) -> bool:
+    return bool(config.getoption("--slurm-prefix") or config.getoption("--slurm-missing"))
+
+
+def _backends(config) -> list[str] | None:
+    given = config.getoption("--slurm-backends")
+    if given:
+        return [b.strip() for b in given.split(",") if b.strip()]
+    return list(BACKENDS) if _other_slurm(config) else None
+
+
+def _slurm_facing(fixturenames) -> bool:
+    return bool(CLUSTER_FIXTURES & set(fixturenames))
+
+
+def pytest_generate_tests(metafunc):
+    backends = _backends(metafunc.config)
+    if backends and _slurm_facing(metafunc.fixturenames) and \
+            not metafunc.definition.get_closest_marker("backend_independent"):
+        metafunc.fixturenames.append("slurm_backend")
+        metafunc.parametrize("slurm_backend", backends, indirect=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    other = _other_slurm(config)
+    missing = config.getoption("--slurm-missing")
+    keep, dropped = [], []
+    for item in items:
+        facing = _slurm_facing(getattr(item, "fixturenames", ()))
+        if facing:
+            item.add_marker("slurm_cluster")
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"{missing}: {HOW_TO_BUILD}"))
+        built_only = item.get_closest_marker("built_slurm") is not None
+        (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+@pytest.fixture
+def slurm_backend(request):
+    """slurm.backend of this run of a Slurm-facing test (see pytest_generate_tests)."""
+    return getattr(request, "param", None)
+
+
+@pytest.fixture(autouse=True)
+def _backend_under_test(request):
+    """Points the cluster's slurm-hooks configurations (cluster.hooks_slurm()) at the
+    backend this test runs with."""
+    if "slurm_backend" not in request.fixturenames or not _slurm_facing(request.fixturenames):
+        yield
+        return
+    backend = request.getfixturevalue("slurm_backend")
+    clusters = [request.getfixturevalue(n) for n in ("cluster", "cluster32") if n in request.fixturenames]
+    if "clean_cluster" in request.fixturenames:
+        clusters.append(request.getfixturevalue("cluster"))
+    for c in clusters:
+        c.backend = backend
+    yield
+    for c in clusters:
+        c.backend = None
+
+
+def _new_cluster(request, root, **kw) -> SlurmCluster:
+    prefix = request.config.getoption("--slurm-prefix")
+    return SlurmCluster(root, prefix=prefix, **kw)
+
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    """A real 3-node Slurm cluster (n1, n2, n3) on 127.0.0.1, once per session.
+def cluster(request, tmp_path_factory):
+    """A real 3-node Slurm cluster (n1, n2, n3) on 127.0.0.1, once per session: Debian's
+    Slurm, or the one under --slurm-prefix.
 
     Fails (never skips) with a clear message when the Slurm/munge programs are
     missing or the daemons do not come up.  Always stopped at session end."""
-    slurm = SlurmCluster(tmp_path_factory.mktemp("slurm"))
+    slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm"))
     try:
         slurm.start()
         yield slurm
@@ -40,11 +139,11 @@ SCALE_NODES = tuple(f"s{i}" for i in range(1, 33))
 
 
 @pytest.fixture(scope="module")
-def cluster32(tmp_path_factory):
+def cluster32(request, tmp_path_factory):
     """A second, separate Slurm cluster of 32 slurmd (s1..s32) on this one host, for
     the scale tests only; its own names, ports and cgroups, so it runs beside
     ``cluster``. Started per module and stopped after it (32 slurmd hold memory)."""
-    slurm = SlurmCluster(tmp_path_factory.mktemp("slurm32"), nodes=SCALE_NODES,
+    slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm32"), nodes=SCALE_NODES,
                          start_timeout=180.0, cluster_name="hooks32")
     try:
         slurm.start()

@@ -45,7 +45,7 @@ def write_node_configs(root: Path, cluster, per_node: dict, common: dict | None 
     conf_dir.mkdir(parents=True, exist_ok=True)
     for node in cluster.nodes:
         doc = {"state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
-               "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+               "slurm": cluster.hooks_slurm(timeout=10)}
         doc.update(common or {})
         doc.update(per_node.get(node, {}))
         (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump(doc))
@@ -128,7 +128,7 @@ def manual_healthcheck(cluster, root: Path, node: str, timed: bool = False, **cf
     import yaml
     conf = root / f"{node}-manual.yaml"
     doc = {"state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}}
+           "slurm": cluster.hooks_slurm(timeout=10)}
     doc.update(cfg)
     conf.write_text(yaml.safe_dump(doc))
     t0 = time.monotonic()

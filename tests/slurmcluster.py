@@ -106,6 +106,7 @@ DelayBoot OverSubscribe Contiguous Licenses Network Command WorkDir StdErr
 StdIn StdOut Power TresPerNode TresPerJob TresPerSocket TresPerTask
 MailUser MailType CpusPerTres MemPerTres TresBind TresFreq
 NtasksPerTRES Reservation Container ContainerID Prolog Epilog
+SubmitLine ReqTRES AllocTRES LicensesAlloc ResumeAfterTime
 """.split())
 
 
@@ -150,8 +151,16 @@ def parse_kv_line(line: str) -> dict[str, str]:
 
 
 def parse_kv_output(text: str) -> list[dict[str, str]]:
-    """Parse ``scontrol -o show ...`` output: one dict per non-empty line."""
-    return [parse_kv_line(ln) for ln in text.splitlines() if ln.strip()]
+    """Parse ``scontrol -o show ...`` output: one dict per record. A record is a line,
+    except that 25.11 prints a newline inside a value (an AdminComment) as it is: a
+    line that does not start a record continues the one before."""
+    records: list[str] = []
+    for ln in text.splitlines():
+        if records and not re.match(r"(NodeName|JobId|PartitionName)=", ln):
+            records[-1] += "\n" + ln
+        elif ln.strip():
+            records.append(ln)
+    return [parse_kv_line(r) for r in records]
 
 
 # --------------------------------------------------------------------------
@@ -203,9 +212,9 @@ def _search_path() -> str:
     return os.pathsep.join(p for p in parts if p)
 
 
-def find_binaries(names: Iterable[str] = REQUIRED_BINARIES) -> dict[str, str]:
+def find_binaries(names: Iterable[str] = REQUIRED_BINARIES, path: str | None = None) -> dict[str, str]:
     """Absolute paths of the Slurm/munge programs; fail clearly if missing."""
-    path = _search_path()
+    path = path or _search_path()
     found = {n: shutil.which(n, path=path) for n in names}
     missing = sorted(n for n, p in found.items() if not p)
     if missing:
@@ -388,8 +397,14 @@ class SlurmCluster:
     def __init__(self, root: os.PathLike | str, nodes: Sequence[str] = ("n1", "n2", "n3"),
                  conf_extra: str = "", *, cgroup: bool | None = None,
                  cpus: int = DEFAULT_CPUS, start_timeout: float = 30.0,
-                 cluster_name: str = "hookstest"):
+                 cluster_name: str = "hookstest", prefix: os.PathLike | str | None = None):
         self.root = Path(root).resolve()
+        # A Slurm built from source (tests/build_slurm.sh) instead of Debian's: its
+        # bin/ and sbin/ come first on every PATH this cluster uses.
+        self.prefix = Path(prefix).resolve() if prefix else None
+        # slurm.backend for the slurm-hooks configurations tests write (hooks_slurm()):
+        # None leaves slurm-hooks' default (auto).
+        self.backend: str | None = None
         self.nodes = tuple(nodes)
         if not self.nodes:
             raise ValueError("need at least one node")
@@ -421,9 +436,44 @@ class SlurmCluster:
 
     # ------------------------------------------------------------ basics
     @property
+    def path(self) -> str:
+        """PATH for this cluster's programs: the built Slurm first, if any."""
+        if self.prefix is None:
+            return _search_path()
+        return f"{self.prefix}/bin:{self.prefix}/sbin:{_search_path()}"
+
+    @property
+    def bin_dir(self) -> str | None:
+        """Where scontrol lives for slurm-hooks' `slurm.bin_dir` (None: its default search)."""
+        return str(self.prefix / "bin") if self.prefix is not None else None
+
+    def binary(self, name: str) -> str:
+        """Absolute path of one of this cluster's Slurm programs (scontrol, sinfo, ...)."""
+        found = shutil.which(name, path=self.path)
+        if not found:
+            raise SlurmClusterError(f"{name} not found in {self.path}")
+        return found
+
+    @property
+    def version(self) -> str:
+        """The daemons' Slurm version, e.g. '22.05.8' or '25.11.7'."""
+        return self.run("scontrol", "--version", timeout=10).stdout.split()[-1]
+
+    def hooks_slurm(self, **extra) -> dict:
+        """slurm-hooks' `slurm:` section for this cluster: its slurm.conf, its scontrol
+        and the backend under test."""
+        doc = {"conf": str(self.conf_path)}
+        if self.bin_dir is not None:
+            doc["bin_dir"] = self.bin_dir
+        if self.backend is not None:
+            doc["backend"] = self.backend
+        doc.update(extra)
+        return doc
+
+    @property
     def env(self) -> dict[str, str]:
         """Environment for Slurm client commands (and jobs they submit)."""
-        env = {"PATH": _search_path(), "SLURM_CONF": str(self.conf_path),
+        env = {"PATH": self.path, "SLURM_CONF": str(self.conf_path),
                "LANG": "C.UTF-8"}
         if "HOME" in os.environ:
             env["HOME"] = os.environ["HOME"]
@@ -547,8 +597,10 @@ class SlurmCluster:
             d.mkdir(parents=True, exist_ok=True)
         (self.root / "plugstack.conf").touch()
         if self.cgroup:
+            # CgroupAutomount is defunct from 24.11 on (an error in the log).
+            automount = "CgroupAutomount=yes\n" if self.prefix is None else ""
             self.cgroup_conf_path.write_text(
-                "CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\n"
+                f"CgroupPlugin=cgroup/v1\n{automount}"
                 "ConstrainCores=no\nConstrainRAMSpace=no\n"
                 "ConstrainSwapSpace=no\nConstrainDevices=no\n")
         tmp = self.conf_path.with_suffix(".conf.tmp")
@@ -622,7 +674,7 @@ class SlurmCluster:
     def start(self) -> "SlurmCluster":
         if self._started and not self._stopped:
             return self
-        self._bins = find_binaries()
+        self._bins = find_binaries(path=self.path)
         if os.geteuid() != 0:
             raise SlurmClusterError("the Slurm test cluster must run as root "
                                     "(SlurmUser=root, SlurmdUser=root)")
@@ -880,7 +932,9 @@ class SlurmCluster:
 
         def ctld_loaded():
             cfg = self.show_config()
-            return all(cfg.get(k) == v for k, v in expect.items())
+            # 25.11 takes several Prolog and Epilog (`Prolog[0] = ...`), and leaves them
+            # out of `show config` when unset.
+            return all(cfg.get(k, cfg.get(f"{k}[0]", "(null)")) == v for k, v in expect.items())
         self.wait_for(ctld_loaded, timeout, what=f"slurmctld to load {expect}")
         if self._slurmd_logs_reconfig():
             def slurmd_loaded():
@@ -918,7 +972,7 @@ class SlurmCluster:
         path = d / name
         path.write_text("#!/bin/sh\n"
                         f"export SLURM_CONF='{self.conf_path}'\n"
-                        f"export PATH='{_search_path()}'\n" + body.lstrip("\n"))
+                        f"export PATH='{self.path}'\n" + body.lstrip("\n"))
         path.chmod(0o755)
         return path
 
@@ -953,6 +1007,15 @@ class SlurmCluster:
     def node_state(self, name: str) -> str:
         """State as scontrol prints it, e.g. "IDLE", "IDLE+DRAIN", "MIXED+DRAIN"."""
         return self.show_node(name)["State"]
+
+    def out_of_service_reason(self, name: str) -> str:
+        """The node's reason while it is out of service (DRAIN, DOWN, FAIL, a reboot
+        pending), else "": Slurm 25.11 keeps the last reason on a resumed node."""
+        info = self.show_node(name)
+        state = info.get("State", "")
+        if any(f in state for f in ("DRAIN", "DOWN", "FAIL", "REBOOT", "MAINT")):
+            return info.get("Reason", "")
+        return ""
 
     def job_state(self, job_id: int | str) -> str:
         return self.show_job(job_id)["JobState"]

@@ -241,7 +241,7 @@ def test_drained_node_and_the_breaker_on_the_cluster(clean_cluster, tmp_path):
     node, n2's drain for the same cause is then held back by the breaker."""
     (tmp_path / "data").mkdir()
     settings = {"filesystems": [{"path": str(tmp_path / "data"), "mountpoint": str(tmp_path / "scratch")}],
-                "slurm": {"bin_dir": None, "conf": str(clean_cluster.conf_path), "timeout": 10},
+                "slurm": clean_cluster.hooks_slurm(timeout=10),
                 "policy": {"max_drained_nodes": 1, "max_drained_fraction": 0}}
     n1 = Node("n1", tmp_path / "n1", settings)
     n2 = Node("n2", tmp_path / "n2", settings)

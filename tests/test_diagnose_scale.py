@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import json
-import re
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_
         cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 90, what="all ranks started")
         conf = tmp_path / "diag.yaml"
         conf.write_text(yaml.safe_dump({"journal": str(tmp_path / "j.jsonl"), "state_dir": str(tmp_path / "st"),
-                                        "slurm": {"conf": str(cluster.conf_path)}}))
+                                        "slurm": cluster.hooks_slurm()}))
         env = {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)}
         t0 = time.monotonic()
         r = subprocess.run([str(SLURM_HOOKS), "diagnose", str(job), "--timeout", "10"], env=env,
@@ -57,7 +56,7 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
     for node in cluster.nodes:
         (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
             "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-            "slurm": {"conf": str(cluster.conf_path), "timeout": 20},
+            "slurm": cluster.hooks_slurm(timeout=20),
             "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read"}],
             "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
             "prometheus_textfile_dir": None, "syslog": False,

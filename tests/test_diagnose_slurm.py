@@ -51,7 +51,7 @@ LOCK_RANKS = lock_ranks(1)     # no D state anywhere: rank 1 waits on a lock
 
 def config(tmp_path, cluster, **diag) -> dict:
     doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-           "slurm": {"conf": str(cluster.conf_path), "timeout": 10}, "diagnose": diag}
+           "slurm": cluster.hooks_slurm(timeout=10), "diagnose": diag}
     path = tmp_path / "diagnose.yaml"
     path.write_text(yaml.safe_dump(doc))
     return {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(path), "LANG": "C.UTF-8"}

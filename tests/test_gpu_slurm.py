@@ -50,7 +50,7 @@ class Node:
         self.tmp = tmp_path
         self.config = tmp_path / "n1.yaml"
         doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-               "filesystems": [{"path": str(tmp_path)}], "kernel_log": str(KernelLog(tmp_path / "kmsg")), "slurm": {"conf": str(cluster.conf_path)},
+               "filesystems": [{"path": str(tmp_path)}], "kernel_log": str(KernelLog(tmp_path / "kmsg")), "slurm": cluster.hooks_slurm(),
                "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
                "gpu": {"enabled": "true", "count": 4, "timeout": 5, "idle": {"window": 1}}}
         doc.update(cfg)

@@ -2,17 +2,16 @@
 mount drains exactly the node that has it, with a reason naming the mount."""
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 
 import pytest
 
-from helpers import BIN, SLURM_HOOKS, journal, write_node_configs
+from helpers import SLURM_HOOKS, journal, write_node_configs
 from slurm_hooks.actions import execute
 from slurm_hooks.config import SlurmConfig
 from slurm_hooks.model import Action
-from slurm_hooks.slurm import Slurm
+from slurm_hooks.backend import open_backend
 
 pytestmark = pytest.mark.cluster
 INTERVAL, DEADLINE = 3, 2
@@ -61,7 +60,7 @@ def run_healthcheck(cluster, tmp_path, node, filesystems, *args, slurm=None):
     cfg.write_text(yaml.safe_dump({
         "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
         "filesystems": filesystems, "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
-        "slurm": slurm or {"conf": str(cluster.conf_path), "timeout": 10}}))
+        "slurm": slurm or cluster.hooks_slurm(timeout=10)}))
     env = {"SLURMD_NODENAME": node}
     return subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "healthcheck", *args],
                           capture_output=True, text=True, timeout=60, env=env)
@@ -94,7 +93,7 @@ def test_without_slurm_it_says_what_it_would_do(clean_cluster, hung_mount, tmp_p
 
 def test_backend_resumes_only_its_own_drains(clean_cluster):
     cluster = clean_cluster
-    slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10))
+    slurm = open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10)))
     slurm.drain("n1", "slurm-hooks: fs /x hung")
     cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin says no")
     results = execute([Action("resume", node="n1"), Action("resume", node="n2"),

@@ -7,9 +7,8 @@ import sys
 import time
 
 import pytest
-import yaml
 
-from helpers import (SLURM_HOOKS, STUCK_WRITER, hook_wrapper, journal, node_rpcs_spent, sdiag_counts,
+from helpers import (STUCK_WRITER, hook_wrapper, journal, node_rpcs_spent, sdiag_counts,
                      stuck_writer_job, write_node_configs)
 from helpers import manual_healthcheck as healthcheck
 
@@ -23,7 +22,7 @@ def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluste
     cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\n")
     ok_job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
-    cluster.wait_for(lambda: cluster.show_node("n1")["Reason"].startswith("slurm-hooks:"), 30,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks:"), 30,
                      what="the precise reason in place of 'Prolog error'")
     reason = cluster.show_node("n1")["Reason"]
     assert reason.startswith(f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"), reason
@@ -45,7 +44,7 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     time.sleep(0.5)
     cluster.scontrol("update", f"jobid={job}", "timelimit=0:01", check=False)   # let the job end
     subprocess.run(["scancel", str(job)], env=cluster.env, check=True)
-    cluster.wait_for(lambda: cluster.show_node("n2").get("Reason", "").startswith("slurm-hooks:"), 60,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"), 60,
                      what="n2 drained by the epilog with the precise reason")
     reason = cluster.show_node("n2")["Reason"]
     assert reason.startswith(f"slurm-hooks: job {job} left pid "), reason
@@ -70,7 +69,7 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
             "stuck_tasks": {"non_job_tasks": "ignore"}, "policy": {"resume_after": 2}, "actions": {"reboot": False}})
         cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: bad DIMM")
         cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n")
-        cluster.wait_for(lambda: cluster.show_node("n1").get("Reason", "").startswith("slurm-hooks: fs ")
+        cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks: fs ")
                          and cluster.show_node("n3").get("Reason", "").startswith("slurm-hooks: pid "),
                          20, what="n1 and n3 drained by slurm-hooks")
         hung_mount.close()              # the filesystem comes back (the stuck writer dies)

@@ -64,7 +64,7 @@ def configure(root: Path, cluster=None, **cfg) -> Path:
            "filesystems": [{"path": str(root)}],
            "stuck_tasks": {"grace": 0.5, "sample_window": 0.3}}
     if cluster is not None:
-        doc["slurm"] = {"conf": str(cluster.conf_path), "timeout": 10}
+        doc["slurm"] = cluster.hooks_slurm(timeout=10)
     _merge(doc, cfg)
     path = root / "slurm-hooks.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -133,7 +133,7 @@ def sbatch_as(user, cluster, body: str, *args: str) -> int:
     user._n += 1
     script = user.write(f"job{user._n}.sh", "#!/bin/sh\n" + body, 0o755)
     conf = readable_by_users(cluster)
-    r = user.run("sbatch", "--parsable", "-N1", "-w", "n1", "--chdir", user.home,
+    r = user.run(cluster.binary("sbatch"), "--parsable", "-N1", "-w", "n1", "--chdir", user.home,
                  "-o", user.home / f"job{user._n}.out", *args, script, env=user.env(SLURM_CONF=str(conf)))
     return int(r.stdout.strip().split(";")[0])
 

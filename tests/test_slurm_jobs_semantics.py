@@ -64,22 +64,21 @@ def test_a_finished_job_is_never_requeued(clean_cluster, tmp_path):
     """`requeue Incomplete`: a job that ended between the diagnosis and the requeue
     stays ended (a plain `scontrol requeue` puts a COMPLETED batch job back)."""
     from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm
+    from slurm_hooks.backend import open_backend
     cluster = clean_cluster
     job = cluster.sbatch("-N1", "--requeue", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     cluster.wait_for(lambda: cluster.job_state(job) == "COMPLETED", 30, what="the job to complete")
-    Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10)).requeue(str(job))
+    open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10))).requeue(str(job))
     time.sleep(1)
     info = cluster.show_job(job)
     assert (info["JobState"], info["Restarts"]) == ("COMPLETED", "0")
 
 
-def slow_scontrol(tmp_path, delay: float):
+def slow_scontrol(cluster, tmp_path, delay: float):
     """A bin_dir whose scontrol answers `delay` seconds late, like a loaded slurmctld."""
-    import shutil
     d = tmp_path / "slow-bin"
     d.mkdir()
-    (d / "scontrol").write_text(f"#!/bin/sh\nsleep {delay}\nexec {shutil.which('scontrol')} \"$@\"\n")
+    (d / "scontrol").write_text(f"#!/bin/sh\nsleep {delay}\nexec {cluster.binary('scontrol')} \"$@\"\n")
     (d / "scontrol").chmod(0o755)
     return str(d)
 
@@ -95,7 +94,7 @@ def test_all_actions_of_a_run_share_one_deadline(clean_cluster, hung_mount, tmp_
            "actions": {"reboot": False, "deadline": 5}}
     healthcheck(cluster, tmp_path, "n1", **cfg)          # first sighting of the task
     time.sleep(0.6)
-    slow = dict(cfg, slurm={"conf": str(cluster.conf_path), "timeout": 10, "bin_dir": slow_scontrol(tmp_path, 1.5)})
+    slow = dict(cfg, slurm=cluster.hooks_slurm(timeout=10, bin_dir=slow_scontrol(cluster, tmp_path, 1.5), backend="scontrol"))
     rec, took = healthcheck(cluster, tmp_path, "n1", **slow)
     # Seven calls (the breaker's look, then each action's look and update), 1.5 s each:
     # without one deadline this run would take more than 10 s.

@@ -31,7 +31,7 @@ def our_drain_record(tmp_path, node, reason):
 
 def status_text(cluster, tmp_path):
     cfg = tmp_path / "status.yaml"
-    cfg.write_text(yaml.safe_dump({"slurm": {"conf": str(cluster.conf_path)}}))
+    cfg.write_text(yaml.safe_dump({"slurm": cluster.hooks_slurm()}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -138,13 +138,13 @@ def test_a_fault_that_survives_the_reboot_leaves_the_node_down(clean_cluster, hu
     stays DOWN with our reason, and no second reboot is asked for. A diskless node
     (state gone with the reboot) still finds out from Slurm."""
     from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm
+    from slurm_hooks.backend import open_backend
     cluster = clean_cluster
     prog, marker = reboot_program(tmp_path)
     cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\nResumeTimeout=300\n")
     reason = "slurm-hooks: pid 1234 stuck in write() on /gpfs/log (gpfs)"
     cluster.scontrol("update", "nodename=n2", "state=drain", f"reason={reason}")
-    Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10)).reboot("n2", reason)
+    open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10))).reboot("n2", reason)
     cluster.wait_for(marker.exists, 30, what="RebootProgram run")
     cluster.boot_slurmd("n2")
     assert cluster.show_node("n2")["Reason"].startswith(reason)
@@ -203,11 +203,11 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     cluster.wait_for(lambda: (tmp_path / "started").exists(), 30, what="the job's task started")
     time.sleep(0.5)
     cluster.run("scancel", str(job))
-    cluster.wait_for(lambda: cluster.show_node("n2").get("Reason", "").startswith("Kill task failed"), 60,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("Kill task failed"), 60,
                      what="Slurm's Kill task failed")
     cluster.reconfigure(f"Epilog={epilog}\nUnkillableStepTimeout=5\nHealthCheckProgram={wrapper}\n"
                         f"HealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n")
-    cluster.wait_for(lambda: cluster.show_node("n2").get("Reason", "").startswith("slurm-hooks:"),
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"),
                      GRACE + 3 * INTERVAL + 10, what="the precise reason in place of Kill task failed")
     reason = cluster.show_node("n2")["Reason"]
     assert reason.startswith(f"slurm-hooks: job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason

@@ -26,3 +26,14 @@ def test_job_free_text_fields():
     assert d["AdminComment"] == "slurm-hooks: job 12 rank 0 pid 4 stuck a=b"
     assert d["NodeList"] == "n[1-3]" and d["Command"] == "/tmp/run me.sh" and d["WorkDir"] == "/tmp"
     assert d["Restarts"] == "0" and d["Reason"] == "None"
+
+
+def test_a_newline_in_a_value_stays_in_its_record():
+    """Slurm 25.11 prints an AdminComment written with a newline as it is, inside the
+    `-o` one-liner: the line after it continues the record, never starts another."""
+    from slurm_hooks.slurm import records
+    out = ("JobId=7 JobName=a AdminComment=ops: keep\n'x';$(rm -rf /) ok StdErr= StdIn=/dev/null\n"
+           "JobId=8 JobName=b AdminComment=(null) StdErr=\n")
+    first, second = [parse_oneliner(r) for r in records(out, "JobId=")]
+    assert first["AdminComment"] == "ops: keep\n'x';$(rm -rf /) ok" and first["StdIn"] == "/dev/null"
+    assert second["JobId"] == "8"

@@ -36,7 +36,7 @@ def test_prolog_helper_asks_slurm_once_after_a_back_off(clean_cluster, hung_moun
 
     # The test looks with `scontrol show node` (the node list, REQUEST_NODE_INFO); the
     # helper may look at its own node alone (REQUEST_NODE_INFO_SINGLE), once.
-    cluster.wait_for(lambda: cluster.show_node("n1").get("Reason", "").startswith("slurm-hooks:"), 30,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks:"), 30,
                      what="the precise reason in place of 'Prolog error'")
     time.sleep(1)
     counts = rpc_counts(cluster)
@@ -101,7 +101,7 @@ def test_prolog_glob_keeps_the_sites_own_prolog(clean_cluster, hung_mount, tmp_p
     ok = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     cluster.wait_for(lambda: cluster.job_state(ok) == "COMPLETED", 30, what="a job on a healthy node")
     bad = cluster.sbatch("-N1", "-w", "n3", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
-    cluster.wait_for(lambda: cluster.show_node("n3").get("Reason", "").startswith("slurm-hooks: fs "), 30,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n3").startswith("slurm-hooks: fs "), 30,
                      what="n3 drained with the precise reason")
     # Slurm runs the matches in reverse alphabetical order; the failing slurm-hooks
     # prolog (90-) ran first for the job on n3, and Slurm went no further.
@@ -153,14 +153,14 @@ def test_one_file_for_every_node_with_settings_per_node_group(clean_cluster, hun
     conf = tmp_path / "slurm-hooks.yaml"
     conf.write_text(yaml.safe_dump({
         "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-        "slurm": {"conf": str(cluster.conf_path)},
+        "slurm": cluster.hooks_slurm(),
         "filesystems": [{"path": str(tmp_path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
         "node_groups": [{"nodes": "n[2-3]", "settings": {"filesystems": [{"path": str(hung_mount.path)}]}}]}))
     wrapper = tmp_path / "healthcheck"
     wrapper.write_text(f"#!/bin/sh\nSLURM_HOOKS_CONFIG={conf} exec {BIN}/slurm-hooks-healthcheck\n")
     wrapper.chmod(0o755)
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n")
-    cluster.wait_for(lambda: all(cluster.show_node(n).get("Reason", "").startswith(f"slurm-hooks: fs {hung_mount.path}")
+    cluster.wait_for(lambda: all(cluster.out_of_service_reason(n).startswith(f"slurm-hooks: fs {hung_mount.path}")
                                  for n in ("n2", "n3")), 30, what="n2 and n3 drained")
     runs = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert any(r.get("node") == "n1" and r.get("event") == "run" and r["status"] == "healthy" for r in runs)
@@ -186,7 +186,7 @@ def test_beside_nhc_no_resume_while_it_fails(clean_cluster, hung_mount, tmp_path
                                   "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
                                   "policy": {"resume_after": 1}, "beside": {"command": [str(nhc)], "timeout": 5}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n")
-    cluster.wait_for(lambda: cluster.show_node("n1").get("Reason", "").startswith("slurm-hooks: fs "), 20,
+    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks: fs "), 20,
                      what="n1 drained by slurm-hooks")
     hung_mount.close()                 # our own checks pass from now on; NHC still fails
     runs = len(journal(tmp_path, "n1"))
@@ -206,7 +206,7 @@ def test_beside_a_hung_tool_is_cut_off_within_its_deadline(clean_cluster, tmp_pa
     hang.chmod(0o755)
     conf = tmp_path / "c.yaml"
     conf.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
-                                    "slurm": {"conf": str(cluster.conf_path)}, "filesystems": [{"path": str(tmp_path)}],
+                                    "slurm": cluster.hooks_slurm(), "filesystems": [{"path": str(tmp_path)}],
                                     "beside": {"command": [str(hang)], "timeout": 2}}))
     t0 = time.monotonic()
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,

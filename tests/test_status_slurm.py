@@ -21,7 +21,7 @@ def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_p
     cluster.scontrol("update", f"jobid={job}",
                      "admincomment=slurm-hooks: node n2: job 1 rank 0 pid 5 stuck 600s in write() on /shared/log")
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"slurm": {"conf": str(cluster.conf_path)}}))
+    cfg.write_text(yaml.safe_dump({"slurm": cluster.hooks_slurm()}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

@@ -138,14 +138,14 @@ def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_clu
 def test_listpids_fallback_names_the_job_of_a_process(clean_cluster, tmp_path):
     """What the stuck-task check asks Slurm when a task's cgroup does not say."""
     from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm
+    from slurm_hooks.backend import open_backend
     cluster = clean_cluster
     marker = tmp_path / "pid"
     job = cluster.sbatch("-N1", "-w", "n3", "-o", "/dev/null",
                          script=f"#!/bin/sh\nsrun sh -c 'echo $$ > {marker}; exec sleep 60'\n")
     cluster.wait_for(lambda: marker.exists() and marker.read_text().strip(), 30, what="the step started")
     pid = int(marker.read_text())
-    slurm = Slurm(SlurmConfig(conf=str(cluster.conf_path), timeout=10))
+    slurm = open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10)))
     refs = slurm.listpids("n3")
     assert refs[pid].job == str(job) and refs[pid].step == "0"
     assert pid not in slurm.listpids("n1")
@@ -203,7 +203,7 @@ def test_cancel_fallback(clean_cluster, hung_mount, tmp_path):
     cfg = tmp_path / "n1.yaml"
     cfg.write_text(yaml.safe_dump({
         "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal-n1.jsonl"),
-        "filesystems": [{"path": str(tmp_path)}], "slurm": {"conf": str(cluster.conf_path)},
+        "filesystems": [{"path": str(tmp_path)}], "slurm": cluster.hooks_slurm(),
         "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
         "actions": {"requeue_fallback": "cancel", "reboot": False}}))
 

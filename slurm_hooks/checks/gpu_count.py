@@ -113,9 +113,10 @@ def gres_count(ctx: Context) -> int | None:
         ctx.notes.append("gpu count not checked against Slurm's Gres (check asks Slurm nothing; "
                          "set gpu.count, or a health check learns it)")
         return None
-    from ..slurm import Slurm, SlurmError
+    from ..backend import open_backend
+    from ..slurm import SlurmError
     try:
-        info = Slurm(ctx.config.slurm).show_node(ctx.node)
+        info = open_backend(ctx.config.slurm).show_node(ctx.node)
     except SlurmError as e:
         ctx.notes.append(f"gpu count not checked: Slurm did not say this node's Gres ({e})")
         return None

@@ -598,6 +598,8 @@ def _own_children(ctx: Context) -> set[tuple[int, int]]:
 
 
 def _listpids(ctx: Context) -> dict[int, JobRef]:
+    # scontrol whatever slurm.backend says: listpids reads this host's slurmstepd
+    # sockets, there is no libslurm call for it (the pyslurm backend runs scontrol too).
     from ..slurm import Slurm, SlurmError
     if ctx.hook == "check":
         return {}          # a look asks Slurm nothing: the cgroup alone names the job
