@@ -33,6 +33,7 @@ def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluste
     assert "DRAIN" not in cluster.node_state("n2")
 
 
+@pytest.mark.unkillable_step
 def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount, tmp_path):
     cluster = clean_cluster
     write_node_configs(tmp_path, cluster, {}, {"filesystems": [{"path": str(tmp_path)}]})

@@ -87,6 +87,7 @@ def test_node_states_not_ours_are_left_alone(clean_cluster, hung_mount, tmp_path
     cluster.wait_for(lambda: cluster.node_state("n2") == "IDLE", 20, what="n2 back in service")
 
 
+@pytest.mark.unkillable_step
 def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cluster, stuck_mount, tmp_path):
     """Like GPFS in the incident: the task is in D and SIGKILL does not end it. The
     requeue cannot clear it, so slurm-hooks asks for `reboot ASAP nextstate=DOWN` with
@@ -186,6 +187,7 @@ def test_kill_task_failed_is_matched_by_prefix(clean_cluster, hung_mount, tmp_pa
     assert cluster.show_node("n1")["Reason"].startswith(f"slurm-hooks: fs {hung_mount.path} ")
 
 
+@pytest.mark.unkillable_step
 def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(clean_cluster, stuck_mount, tmp_path):
     """Slurm drains with `Kill task failed` and runs no epilog while a step cannot be
     killed: the health check puts the precise reason there, though the job has ended."""

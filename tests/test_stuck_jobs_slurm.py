@@ -151,6 +151,7 @@ def test_listpids_fallback_names_the_job_of_a_process(clean_cluster, tmp_path):
     assert pid not in slurm.listpids("n1")
 
 
+@pytest.mark.unkillable_step
 def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_path):
     """Like GPFS in the incident: the task is in D from the start and SIGKILL does not
     end it. The requeue cannot clear it, so the next run asks for a reboot, which Slurm
