@@ -226,10 +226,44 @@ def off_cpu_seconds(pid: int, tid: int, proc: str = PROC) -> float | None:
     CLOCK_MONOTONIC, which runs ahead of it (here by 20 s after 3 hours up). Reads
     only the sched files, which never touch the target's memory."""
     then = _exec_start_ms(f"{proc}/{pid}/task/{tid}/sched")
-    now = _exec_start_ms(f"{proc}/thread-self/sched")
-    if then is None or now is None:
+    if then is None:
+        return None
+    # Each CPU's runqueue has its own task clock, and what they leave out differs per
+    # CPU (seconds apart after hours up): read ours on the CPU the thread last ran on.
+    cpu = _last_cpu(f"{proc}/{pid}/task/{tid}/stat") if proc == PROC else None
+    now = _exec_start_on(cpu, f"{proc}/thread-self/sched")
+    if now is None:
         return None
     return max(0.0, (now - then) / 1000.0)
+
+
+def _last_cpu(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[36])          # field 39 of stat(5): the CPU it last ran on
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _exec_start_on(cpu: int | None, path: str) -> float | None:
+    """Our own exec_start, on `cpu` when we may run there (then back where we were)."""
+    if cpu is None:
+        return _exec_start_ms(path)
+    try:
+        allowed = os.sched_getaffinity(0)
+        if cpu not in allowed:
+            return _exec_start_ms(path)
+        os.sched_setaffinity(0, {cpu})      # moves this thread there before it returns
+    except OSError:
+        return _exec_start_ms(path)
+    try:
+        return _exec_start_ms(path)
+    finally:
+        try:
+            os.sched_setaffinity(0, allowed)
+        except OSError:
+            pass
 
 
 def boot_id() -> str:

@@ -462,9 +462,8 @@ class SlurmCluster:
     def hooks_slurm(self, **extra) -> dict:
         """slurm-hooks' `slurm:` section for this cluster: its slurm.conf, its scontrol
         and the backend under test."""
-        doc = {"conf": str(self.conf_path)}
-        if self.bin_dir is not None:
-            doc["bin_dir"] = self.bin_dir
+        # bin_dir always: None (scontrol from the usual places) must override a test's own
+        doc = {"conf": str(self.conf_path), "bin_dir": self.bin_dir}
         if self.backend is not None:
             doc["backend"] = self.backend
         doc.update(extra)
