@@ -19,6 +19,8 @@ CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
 UNKILLABLE_25 = ("Slurm 25.11 keeps the node COMPLETING for more than 150 s after 'Kill task failed' "
                  "(an unkillable step): not yet handled on 25.11")
+LIBRARY_25 = ("the one-RPC node list through libslurm answers 'Insane message length' on 25.11: "
+              "the scontrol fallback costs 2 RPCs per read")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
 
@@ -42,6 +44,8 @@ def pytest_configure(config):
                             "slurm-hooks' Slurm backend: run once, not once per backend")
     config.addinivalue_line("markers", "unkillable_step: leaves a step Slurm cannot kill; known not to "
                             "pass on 25.11 yet (xfail, not run, in the --slurm-prefix session)")
+    config.addinivalue_line("markers", "one_rpc_node_list: counts on the one-RPC node list through "
+                            "libslurm; known not to work on 25.11 yet (xfail in the --slurm-prefix session)")
     config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
                             "built for it (runs in the --slurm-prefix session only)")
 
@@ -85,6 +89,11 @@ def pytest_collection_modifyitems(config, items):
             # (25.11) the node stays COMPLETING for minutes after "Kill task failed", so
             # neither the epilog nor RebootProgram runs within the test's wait (README).
             item.add_marker(pytest.mark.xfail(run=False, reason=UNKILLABLE_25))
+        if other and item.get_closest_marker("one_rpc_node_list") is not None:
+            # Run, and reported as a known failure: on 25.11 the node list through Slurm's
+            # client library fails ("Insane message length"); slurm-hooks falls back to
+            # scontrol, which costs 2 RPCs (node and partition lists) instead of 1.
+            item.add_marker(pytest.mark.xfail(strict=False, reason=LIBRARY_25))
         (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

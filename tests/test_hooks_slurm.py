@@ -134,6 +134,7 @@ def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
 
 
 
+@pytest.mark.one_rpc_node_list
 def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
     that drains costs the read, the drain and the re-read; a held run one read."""
@@ -172,6 +173,7 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
     assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
 
 
+@pytest.mark.one_rpc_node_list
 def test_the_node_list_through_slurms_library_matches_scontrol(clean_cluster, tmp_path):
     """One RPC through the library next to scontrol; two through scontrol where there is
     no library (a scontrol alone in its directory), and the same nodes either way."""
