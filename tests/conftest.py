@@ -19,8 +19,8 @@ CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
 UNKILLABLE_25 = ("Slurm 25.11 keeps the node COMPLETING for more than 150 s after 'Kill task failed' "
                  "(an unkillable step): not yet handled on 25.11")
-LIBRARY_25 = ("the one-RPC node list through libslurm answers 'Insane message length' on 25.11: "
-              "the scontrol fallback costs 2 RPCs per read")
+LIBRARY_25 = ("on 25.11 these pass alone, but in one whole-session run the node list was read "
+              "through the scontrol fallback (2 RPCs per read): not yet explained")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
 
@@ -90,9 +90,7 @@ def pytest_collection_modifyitems(config, items):
             # neither the epilog nor RebootProgram runs within the test's wait (README).
             item.add_marker(pytest.mark.xfail(run=False, reason=UNKILLABLE_25))
         if other and item.get_closest_marker("one_rpc_node_list") is not None:
-            # Run, and reported as a known failure: on 25.11 the node list through Slurm's
-            # client library fails ("Insane message length"); slurm-hooks falls back to
-            # scontrol, which costs 2 RPCs (node and partition lists) instead of 1.
+            # Run; a failure is reported as known (README: the 25.11 gaps).
             item.add_marker(pytest.mark.xfail(strict=False, reason=LIBRARY_25))
         (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:
