@@ -24,7 +24,6 @@ import os
 import re
 import stat
 
-from .procfs import boot_id  # noqa: F401  (kmsg.boot_id: where readers of the log look)
 from .records import dataclass
 
 KMSG = "/dev/kmsg"

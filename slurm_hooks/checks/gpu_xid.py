@@ -20,9 +20,9 @@ NAME = "gpu"
 def xid_findings(ctx: Context, cfg: GpuConfig, by_pci: dict[str, dict], jobs: dict) -> list[Finding]:
     """Xid events in the kernel log since the last real run's position, attached to the
     GPU with their PCI address and classified (xid.py, NVML's recovery action)."""
-    from .. import kmsg
+    from .. import kmsg, procfs
     pos = ctx.state.load("kmsg-xid")
-    boot = kmsg.boot_id()
+    boot = procfs.boot_id()
     after = int(pos.get("seq", -1)) if pos.get("boot") == boot else -1
     records = kmsg.read(after_seq=after, path=ctx.config.kernel_log)
     if records:
