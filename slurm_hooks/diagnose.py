@@ -309,6 +309,7 @@ def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str
                                     cpu_percent=t.get("cpu_percent"), detail=detail))
             for gu in t.get("gpus") or []:
                 gpus.append((node, gu.get("index"), gu.get("utilization"), t.get("rank")))
+    _fold_caught_awake(groups)
     for g in groups.values():
         g.members.sort(key=lambda m: (_rank_sort(m.rank), _natural(m.node), m.pid))
     # Most suspicious first: D state, then the smallest groups (the odd ones out).
@@ -317,6 +318,18 @@ def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str
     d.gpu = _gpu_summary(gpus)
     d.summary = summarise(d)
     return d
+
+
+def _fold_caught_awake(groups: dict[tuple, Group]) -> None:
+    """A waiting rank that polls (sleeps, wakes, looks, sleeps) is now and then caught
+    between two sleeps, with no system call to show: with the same frames as ranks
+    asleep in one call, it does what they do, and is not an odd one out."""
+    for key in [k for k in groups if k[0] == "py" and k[2] == ""]:
+        peers = [k for k in groups if k[0] == "py" and k[1] == key[1] and k[2] and k[3:] == key[3:]]
+        if not peers:
+            continue
+        into = groups[max(peers, key=lambda k: len(groups[k].members))]
+        into.members.extend(groups.pop(key).members)
 
 
 def _rank_sort(rank):

@@ -39,6 +39,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+    _stop_on_sigterm()
     config.addinivalue_line("markers", "slurm_cluster: uses a real Slurm test cluster (set automatically)")
     config.addinivalue_line("markers", "backend_independent: a Slurm-facing test that never runs "
                             "slurm-hooks' Slurm backend: run once, not once per backend")
@@ -177,7 +178,7 @@ def _terminate(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def pytest_configure(config):
+def _stop_on_sigterm():
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         signal.signal(signal.SIGTERM, _terminate)
 

@@ -78,3 +78,20 @@ def test_srun_labelled_output_in_pieces():
 def test_rank_ranges():
     assert _ranges(["3", "0", "1", "2", "7", "9", "10"]) == "0-3,7,9-10"
     assert _ranges(["a", "b"]) == "a,b"
+
+
+def test_a_polling_rank_caught_between_two_sleeps_is_not_the_odd_one_out():
+    # Ranks poll in a sleep loop; the collector caught rank 5 awake (no system call to
+    # show). The odd one out is still the rank on the lock, and rank 5 counts with its peers.
+    barrier = ["wait_in_barrier (ranks.py:12)", "<module> (ranks.py:20)"]
+    tasks = [task(100 + r, str(r), [thread(100 + r, "S", barrier, syscall="clock_nanosleep")]) for r in range(8)]
+    tasks[5] = task(105, "5", [thread(105, "R", barrier, syscall="running")])
+    tasks[3] = task(103, "3", [thread(103, "S", ["take_lock (ranks.py:9)", "<module> (ranks.py:18)"])])
+    d = aggregate("7", ["n1"], [{"node": "n1", "job": "7", "tasks": tasks}], {})
+    assert d.summary == ("rank 3 on n1 is waiting in take_lock (ranks.py) < <module> (ranks.py), in futex(); "
+                         "ranks 0-2,4-7 on n1 waiting in wait_in_barrier (ranks.py) < <module> (ranks.py), "
+                         "in clock_nanosleep() (7 of 8)")
+    # A rank on another line of the same loop but in a different call stays apart.
+    tasks[5] = task(105, "5", [thread(105, "S", barrier, syscall="read")])
+    d = aggregate("7", ["n1"], [{"node": "n1", "job": "7", "tasks": tasks}], {})
+    assert [len(g.members) for g in d.groups] == [1, 1, 6]
