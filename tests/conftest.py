@@ -19,8 +19,6 @@ CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
 UNKILLABLE_25 = ("Slurm 25.11 keeps the node COMPLETING for more than 150 s after 'Kill task failed' "
                  "(an unkillable step): not yet handled on 25.11")
-LIBRARY_25 = ("on 25.11 these pass alone, but in one whole-session run the node list was read "
-              "through the scontrol fallback (2 RPCs per read): not yet explained")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
 
@@ -45,8 +43,6 @@ def pytest_configure(config):
                             "slurm-hooks' Slurm backend: run once, not once per backend")
     config.addinivalue_line("markers", "unkillable_step: leaves a step Slurm cannot kill; known not to "
                             "pass on 25.11 yet (xfail, not run, in the --slurm-prefix session)")
-    config.addinivalue_line("markers", "one_rpc_node_list: counts on the one-RPC node list through "
-                            "libslurm; known not to work on 25.11 yet (xfail in the --slurm-prefix session)")
     config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
                             "built for it (runs in the --slurm-prefix session only)")
 
@@ -90,9 +86,6 @@ def pytest_collection_modifyitems(config, items):
             # (25.11) the node stays COMPLETING for minutes after "Kill task failed", so
             # neither the epilog nor RebootProgram runs within the test's wait (README).
             item.add_marker(pytest.mark.xfail(run=False, reason=UNKILLABLE_25))
-        if other and item.get_closest_marker("one_rpc_node_list") is not None:
-            # Run; a failure is reported as known (README: the 25.11 gaps).
-            item.add_marker(pytest.mark.xfail(strict=False, reason=LIBRARY_25))
         (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
@@ -109,10 +102,13 @@ def slurm_backend(request):
 def _backend_under_test(request):
     """Points the cluster's slurm-hooks configurations (cluster.hooks_slurm()) at the
     backend this test runs with."""
-    if "slurm_backend" not in request.fixturenames or not _slurm_facing(request.fixturenames):
+    # The parameter, not the fixture: pytest does not add a fixture that only
+    # pytest_generate_tests names to the test's closure, so it would never be set up.
+    callspec = getattr(request.node, "callspec", None)
+    backend = callspec.params.get("slurm_backend") if callspec is not None else None
+    if backend is None or not _slurm_facing(request.fixturenames):
         yield
         return
-    backend = request.getfixturevalue("slurm_backend")
     clusters = [request.getfixturevalue(n) for n in ("cluster", "cluster32") if n in request.fixturenames]
     if "clean_cluster" in request.fixturenames:
         clusters.append(request.getfixturevalue("cluster"))

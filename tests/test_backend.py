@@ -119,3 +119,17 @@ def test_libslurm_fatal_exit_is_a_clear_error_not_the_end_of_the_run(cluster, tm
     [drain] = [a for a in record["actions"] if a["kind"] == "drain"]
     assert drain["outcome"] == "failed" and drain["message"].startswith(f"not done: {fatal}"), drain
     assert record["status"] == "unhealthy" and any(n.startswith("slurm backend: pyslurm") for n in record["notes"])
+
+
+def test_each_backend_run_of_a_slurm_facing_test_uses_that_backend(cluster, tmp_path, request):
+    """The suite itself: a Slurm-facing test run once per backend (--slurm-prefix) gets a
+    configuration naming that backend, and slurm-hooks uses it; without --slurm-prefix
+    the configuration names none (slurm-hooks' default, auto)."""
+    callspec = getattr(request.node, "callspec", None)
+    wanted = callspec.params.get("slurm_backend") if callspec is not None else None
+    slurm = cluster.hooks_slurm(timeout=10)
+    if wanted is None:
+        assert "backend" not in slurm, slurm
+        return
+    assert slurm["backend"] == wanted
+    assert in_use(write_config(tmp_path, slurm))["backend"] == wanted

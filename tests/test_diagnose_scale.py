@@ -48,7 +48,6 @@ def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_
         cluster.cancel_all()
 
 
-@pytest.mark.one_rpc_node_list
 def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32, hung_mount, tmp_path):
     cluster = cluster32
     limit = 3

@@ -134,7 +134,6 @@ def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
 
 
 
-@pytest.mark.one_rpc_node_list
 def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
     that drains costs the read, the drain and the re-read; a held run one read."""
