@@ -41,9 +41,9 @@ sys.path.extend(SITEDIRS)
 marks = {}
 def mark(name):
     marks[name] = time.perf_counter()
-from slurm_hooks import cli, config, engine, hooks, journal, lock, report
+from slurm_hooks import cli, config, engine, hooks, journal, lock, report, sinks
 mark("imports")
-load, run, record, render, enter = config.load, engine.run, engine.record_run, report.render, lock.HookLock.__enter__
+load, run, record, render, enter = config.load, engine.run, sinks.record_run, report.render, lock.HookLock.__enter__
 def timed(f, before, after):
     def w(*a, **k):
         mark(before)
@@ -54,7 +54,7 @@ def timed(f, before, after):
 config.load = timed(load, "imports", "config")
 lock.HookLock.__enter__ = timed(enter, "config", "lock")
 engine.run = timed(run, "lock", "checks")
-engine.record_run = timed(record, "checks", "journal")
+sinks.record_run = timed(record, "checks", "journal")
 report.render = timed(render, "journal", "report")
 rc = cli.prolog_main()
 names = ["imports", "config", "lock", "checks", "journal", "report"]

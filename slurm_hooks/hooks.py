@@ -85,7 +85,6 @@ def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = Fals
 def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     from . import report, sinks
     from .lock import Busy
-    from .outcomes import Code, Outcome
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
         return 0
@@ -98,6 +97,9 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
         print(f"slurm-hooks {hook}: {e}; not checking this time", file=sys.stderr)
         return 0
     failed = record.status == engine.UNHEALTHY
+    if failed or record.actions:
+        # Not on the healthy path: the enumerations cost milliseconds to build.
+        from .outcomes import Code, Outcome
     drain = next((r for r in record.actions if r.action.kind == "drain"), None)
     if failed and cfg.actions.report_only:
         failed = False      # report only: no exit status that makes Slurm act

@@ -1048,18 +1048,26 @@ class SlurmCluster:
         self.wait_for(none_left, timeout, what="all jobs to be gone from squeue")
 
     def resume_all(self, timeout: float = 30) -> None:
-        """Undrain/resume every node and wait until none has a bad flag."""
-        for name, info in self.show_nodes().items():
-            state = info.get("State", "")
-            if "REBOOT" in state:
-                self.scontrol("cancel_reboot", name, check=False)
-            if any(f in state for f in ("DRAIN", "DOWN", "FAIL", "REBOOT")):
-                self.scontrol("update", f"nodename={name}", "state=resume", check=False)
+        """Undrain/resume every node and wait until none has a bad flag. A node drained
+        again meanwhile is resumed again: a failed prolog's detached helper (which puts
+        the precise reason in place of Slurm's) may have read the node just before."""
+        def resume(nodes: dict) -> None:
+            for name, info in nodes.items():
+                state = info.get("State", "")
+                if "REBOOT" in state:
+                    self.scontrol("cancel_reboot", name, check=False)
+                if any(f in state for f in ("DRAIN", "DOWN", "FAIL", "REBOOT")):
+                    self.scontrol("update", f"nodename={name}", "state=resume", check=False)
+
+        resume(self.show_nodes())
 
         def healthy():
-            states = {n: d.get("State", "") for n, d in self.show_nodes(timeout=10).items()}
-            return states if all(not any(f in s for f in _BAD_FLAGS)
-                                 for s in states.values()) else NotYet(states)
+            nodes = self.show_nodes(timeout=10)
+            states = {n: d.get("State", "") for n, d in nodes.items()}
+            if all(not any(f in s for f in _BAD_FLAGS) for s in states.values()):
+                return states
+            resume({n: d for n, d in nodes.items() if "DRAIN" in d.get("State", "")})
+            return NotYet(states)
         self.wait_for(healthy, timeout, what="all nodes resumed")
 
     def reset(self) -> None:

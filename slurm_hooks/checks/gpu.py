@@ -37,16 +37,13 @@ from __future__ import annotations
 import os
 import time
 
-from ..jobs import JobRef
 from ..model import FAIL, OK, WARN, Finding
 from ..runner import DONE, HUNG, STILL_HUNG, Task
-from .gpu_count import SYSFS, count_findings, locate
-from .gpu_health import health, system_errors
-from .gpu_xid import remember_xids, xid_findings
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..config import GpuConfig
+    from ..jobs import JobRef
     from ..runner import Outcome as TaskOutcome
     from . import Context
 
@@ -89,8 +86,8 @@ class GpuCheck:
                     gpus.setdefault((str(g["index"]), g.get("pci") or "?"), 0)
         return [("slurm_hooks_gpu_health", {"gpu": idx, "pci": pci}, v) for (idx, pci), v in sorted(gpus.items())]
 
-    def __init__(self, sysfs: str = SYSFS):
-        self.sysfs = sysfs
+    def __init__(self, sysfs: str | None = None):
+        self.sysfs = sysfs          # None: gpu_count.SYSFS
         self._skip: Finding | None = None
 
     def tasks(self, ctx: Context) -> list[Task]:
@@ -131,6 +128,11 @@ class GpuCheck:
         v = o.value
         if "init_error" in v:
             return [self._init_failure(cfg, v)]
+        # Imported here, not at the top: a node without a driver (and every prolog on
+        # one) never needs them, and importing them costs a job start milliseconds.
+        from .gpu_count import SYSFS, count_findings, locate
+        from .gpu_health import health, system_errors
+        from .gpu_xid import remember_xids, xid_findings
         gpus = v.get("gpus", [])
         locate(ctx, gpus)
         if ctx.hook in ("prolog", "epilog"):
@@ -140,7 +142,7 @@ class GpuCheck:
         by_pci = {g["pci"]: g for g in gpus if g.get("pci")}
         jobs = self._jobs(ctx, gpus)
         last_jobs = self._remember_jobs(ctx, gpus, jobs)
-        out += count_findings(ctx, cfg, gpus, by_pci, self.sysfs)
+        out += count_findings(ctx, cfg, gpus, by_pci, self.sysfs or SYSFS)
         xids = xid_findings(ctx, cfg, by_pci, jobs)
         last_xid = remember_xids(ctx, xids)
         counters = ctx.state.load("gpu-counters")
