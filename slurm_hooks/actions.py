@@ -339,5 +339,24 @@ def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
                         "service when a health check after the boot passes)")
 
 
+def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    """Let Slurm go of a node it holds COMPLETING for a task it could not kill, with
+    our reboot pending: slurmctld ends a DOWN node's jobs and issues the reboot. Only
+    while exactly that holds: our reason (or Slurm's `Kill task failed` over it), the
+    reboot requested and not yet issued, the node COMPLETING."""
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    flags = node_flags(info)
+    ours = current.startswith(prefix) or is_generic(current, action.replaces)
+    if not (ours and "REBOOT_REQUESTED" in flags and "COMPLETING" in flags and "DOWN" not in flags):
+        return ActionResult(action, SKIPPED, f"no longer held for our reboot ({_state(info)}, reason: "
+                            f"{current or 'none'}): left as it is", code=Code.NOT_HELD)
+    slurm.set_down(action.node, action.reason)
+    return ActionResult(action, DONE, "set DOWN: Slurm held the node COMPLETING for a task it could not "
+                        "kill, with our reboot pending; it lets go of the step and reboots the node",
+                        code=Code.RELEASED)
+
+
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
-             "cancel": _cancel, "reboot": _reboot}
+             "cancel": _cancel, "reboot": _reboot, "down": _down}

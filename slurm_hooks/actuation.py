@@ -82,9 +82,9 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     if (reboot or new_boot) and slurm is not None:
         after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
-                                      cfg.policy.resume_after)
+                                      cfg.policy.resume_after, cfg.actions.release_after)
         if after is not None:
-            resume = after
+            resume = after          # the resume after the boot, or the DOWN that lets Slurm reboot
     if resume is not None:
         actions.append(resume)
     queue = merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
@@ -128,9 +128,13 @@ def _new_boot(state: StateStore) -> bool:
     return True
 
 
-def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int):
+def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int,
+                  release_after: float = 120.0):
     """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
-    "reboot complete"), resume it once health checks pass: (resume or None, record)."""
+    "reboot complete"), resume it once health checks pass. Before it, a node Slurm
+    still holds COMPLETING `release_after` seconds after we asked (the task it cannot
+    kill: Slurm 25.11 waits for it for ever) is set DOWN, so that Slurm reboots it.
+    Returns (the action: resume or down, or None; the record)."""
     from .actions import rebooted_by_us
     from .model import Action
     from .reason import is_generic
@@ -145,9 +149,17 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
     generic = GENERIC_FOR["healthcheck"] if reboot else ""
     if not rebooted_by_us(info, reason, prefix, generic):
-        waiting = any(s in node_flags(info) for s in REBOOT_STATES) and \
+        flags = node_flags(info)
+        waiting = any(s in flags for s in REBOOT_STATES) and \
             (reason.startswith(prefix) or is_generic(reason, generic))
-        return None, (reboot if waiting else {})
+        if not waiting:
+            return None, {}
+        asked = (reboot or {}).get("at")
+        if asked is not None and {"REBOOT_REQUESTED", "COMPLETING"} <= flags and "DOWN" not in flags \
+                and time.time() - asked >= release_after:
+            ours = reboot.get("reason") or reason
+            return Action("down", node=node, reason=ours, replaces=generic), reboot
+        return None, reboot
     record = dict(reboot or {"at": time.time()}, reason=reason)
     if failing:
         return None, dict(record, passes=0)

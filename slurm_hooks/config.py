@@ -286,6 +286,14 @@ class ActionsConfig:
                            "ASAP nextstate=DOWN`) when a task is stuck for good: only a reboot "
                            "clears it. The node stays DOWN after the boot until a health check "
                            "passes and slurm-hooks resumes it. Needs RebootProgram in slurm.conf.")
+    release_after: float = setting(120.0, kind="seconds",
+                                   doc="A node Slurm still holds COMPLETING this many seconds after "
+                                   "slurm-hooks asked for its reboot (a task of the requeued job it cannot "
+                                   "kill) is set DOWN with slurm-hooks' reason, so that Slurm lets go of "
+                                   "the step and issues the reboot. Slurm 25.11 keeps such a node "
+                                   "COMPLETING for as long as the task lives; 22.05 lets go by itself "
+                                   "after UnkillableStepTimeout. Keep it above UnkillableStepTimeout "
+                                   "(Slurm's default 60 s), so Slurm has given up first.")
     report_only: bool = setting(False, kind="bool",
                                 doc="The one switch that turns every action off: no drain, comment, "
                                 "requeue, cancel, reboot or resume; the prolog and epilog always exit "

@@ -89,7 +89,7 @@ class CheckRun:
 
 @dataclass
 class Action:
-    kind: str                  # drain, resume, reboot (a node); comment, requeue (a job)
+    kind: str                  # drain, resume, reboot, down (a node); comment, requeue (a job)
     node: str = ""
     reason: str = ""           # node reason (drain, reboot)
     job: str | None = None
@@ -109,7 +109,7 @@ class Action:
         return [f"{self.kind}:{target}:{i}" for i in (self.incident or "").split("+") if i]
 
     def describe(self) -> str:
-        if self.kind in ("drain", "resume", "reboot"):
+        if self.kind in ("drain", "resume", "reboot", "down"):
             tail = f": {self.reason}" if self.reason else ""
             return f"{self.kind} node {self.node}{tail}"
         if self.kind == "comment":

@@ -49,6 +49,8 @@ class Code(str, Enum):
     NOT_OURS = "not_ours"                  # resume: the reason is another's
     AFTER_REBOOT = "after_reboot"          # resumed after our own reboot
     REBOOT_PENDING = "reboot_pending"
+    RELEASED = "released"                  # down: set DOWN so Slurm lets go of an unkillable step
+    NOT_HELD = "not_held"                  # down: no longer COMPLETING with our reboot pending
     NOT_ON_NODE = "not_on_node"            # Slurm says the job does not run here
     UID_MISMATCH = "uid_mismatch"          # Slurm says the job is another user's
     COMMENT_PRESENT = "comment_present"    # the AdminComment already holds the diagnosis

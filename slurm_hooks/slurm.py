@@ -354,6 +354,12 @@ class Slurm:
         # Only for a node that is DOWN by our own doing (our reboot's nextstate=DOWN).
         self._run("update", f"nodename={node}", "state=resume")
 
+    def set_down(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
+        # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
+        self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
+
 
 def node_flags(info: dict[str, str]) -> set[str]:
     """`IDLE+DRAIN+REBOOT_REQUESTED` -> {"IDLE", "DRAIN", "REBOOT_REQUESTED"}."""

@@ -145,6 +145,10 @@ class PyslurmBackend:
         self._primed.pop(node, None)
         self._call("node_state", node, "RESUME", None)
 
+    def set_down(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        self._call("node_state", node, "DOWN", reason)
+
     def set_admin_comment(self, job: str, text: str) -> None:
         self._call("admin_comment", self._elements.get(job, job), text)
 

@@ -17,8 +17,9 @@ except ImportError:
 # Slurm (--slurm-prefix) runs, once per slurm-hooks backend.
 CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
-UNKILLABLE_25 = ("Slurm 25.11 keeps the node COMPLETING for more than 150 s after 'Kill task failed' "
-                 "(an unkillable step): not yet handled on 25.11")
+UNKILLABLE_25 = ("Slurm 25.11 keeps the step of a task it could not kill alive (so the node COMPLETING, "
+                 "and runs no epilog) while the task lives: the epilog never runs, and the test cluster's "
+                 "reconfigure waits in vain for that node's slurmd")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
 
@@ -83,8 +84,8 @@ def pytest_collection_modifyitems(config, items):
         built_only = item.get_closest_marker("built_slurm") is not None
         if other and item.get_closest_marker("unkillable_step") is not None:
             # Not run, and reported as a known failure: on the Slurm built from source
-            # (25.11) the node stays COMPLETING for minutes after "Kill task failed", so
-            # neither the epilog nor RebootProgram runs within the test's wait (README).
+            # (25.11) the node stays COMPLETING while the task Slurm could not kill lives,
+            # so no epilog runs (README: the 25.11 gaps).
             item.add_marker(pytest.mark.xfail(run=False, reason=UNKILLABLE_25))
         (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:

@@ -87,7 +87,6 @@ def test_node_states_not_ours_are_left_alone(clean_cluster, hung_mount, tmp_path
     cluster.wait_for(lambda: cluster.node_state("n2") == "IDLE", 20, what="n2 back in service")
 
 
-@pytest.mark.unkillable_step
 def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cluster, stuck_mount, tmp_path):
     """Like GPFS in the incident: the task is in D and SIGKILL does not end it. The
     requeue cannot clear it, so slurm-hooks asks for `reboot ASAP nextstate=DOWN` with
@@ -98,7 +97,7 @@ def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cl
     prog, marker = reboot_program(tmp_path)
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": GRACE, "sample_window": 0.5},
-        "policy": {"resume_after": 1}})
+        "policy": {"resume_after": 1}, "actions": {"release_after": 8}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n"
                         f"RebootProgram={prog}\nUnkillableStepTimeout=5\nReturnToService=1\nResumeTimeout=300\n")
     job = cluster.sbatch("-N1", "-w", "n3", "--requeue", "-o", "/dev/null", script=(

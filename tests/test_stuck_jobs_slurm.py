@@ -35,9 +35,9 @@ time.sleep(3600)
 """
 
 
-def enable_healthcheck(cluster, tmp_path, conf_extra="", **stuck):
+def enable_healthcheck(cluster, tmp_path, conf_extra="", actions=None, **stuck):
     wrapper = write_node_configs(tmp_path, cluster, {}, {
-        "filesystems": [{"path": str(tmp_path)}],
+        "filesystems": [{"path": str(tmp_path)}], "actions": actions or {},
         "stuck_tasks": {"grace": GRACE, "sample_window": 0.5, **stuck}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
                         "HealthCheckNodeState=ANY\n" + conf_extra)
@@ -151,7 +151,6 @@ def test_listpids_fallback_names_the_job_of_a_process(clean_cluster, tmp_path):
     assert pid not in slurm.listpids("n1")
 
 
-@pytest.mark.unkillable_step
 def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_path):
     """Like GPFS in the incident: the task is in D from the start and SIGKILL does not
     end it. The requeue cannot clear it, so the next run asks for a reboot, which Slurm
@@ -165,7 +164,9 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     reboot.write_text(f"#!/bin/sh\necho rebooted >> {marker}\n")
     reboot.chmod(0o755)
     # Before the job starts: slurmstepd reads UnkillableStepTimeout when it launches.
-    enable_healthcheck(cluster, tmp_path, f"RebootProgram={reboot}\nUnkillableStepTimeout=5\n")
+    # release_after above it: Slurm gives up killing the task first.
+    enable_healthcheck(cluster, tmp_path, f"RebootProgram={reboot}\nUnkillableStepTimeout=5\n",
+                       actions={"release_after": 8})
     job = cluster.sbatch("-N1", "-w", "n3", "--requeue", "-o", "/dev/null", script=(
         "#!/bin/sh\n"
         f"srun {sys.executable} {tmp_path}/ranks.py {stuck_mount.path} {barrier}\n"))
@@ -179,9 +180,14 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     assert reboot_action["outcome"] == "done", reboot_action
     assert "REBOOT" in cluster.node_state("n3")
     assert cluster.show_node("n3")["Reason"].startswith(f"slurm-hooks: job {job} pid ")
-    # Slurm gives up killing the task (UnkillableStepTimeout), the node empties and
-    # Slurm runs RebootProgram: the only cure.
+    # Slurm gives up killing the task (UnkillableStepTimeout) and runs RebootProgram
+    # once the node is free: the only cure. 22.05 lets go of the node by itself; 25.11
+    # holds it COMPLETING while the task lives, until slurm-hooks sets it DOWN.
     cluster.wait_for(marker.exists, 40, what="RebootProgram run by slurmd")
+    downs = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "down"]
+    if not cluster.version.startswith("22."):
+        assert [(a["outcome"], a["code"]) for a in downs] == [("done", "released")], downs
+        assert downs[0]["reason"] == reboot_action["reason"]
     requeues = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "requeue"]
     assert [a["outcome"] for a in requeues][0] == "done"
     assert all(a["outcome"] == "skipped" and "left running" not in a["message"] for a in requeues[1:])
