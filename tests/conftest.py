@@ -17,9 +17,6 @@ except ImportError:
 # Slurm (--slurm-prefix) runs, once per slurm-hooks backend.
 CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
-UNKILLABLE_25 = ("Slurm 25.11 keeps the step of a task it could not kill alive (so the node COMPLETING, "
-                 "and runs no epilog) while the task lives: the epilog never runs, and the test cluster's "
-                 "reconfigure waits in vain for that node's slurmd")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
 
@@ -42,8 +39,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slurm_cluster: uses a real Slurm test cluster (set automatically)")
     config.addinivalue_line("markers", "backend_independent: a Slurm-facing test that never runs "
                             "slurm-hooks' Slurm backend: run once, not once per backend")
-    config.addinivalue_line("markers", "unkillable_step: leaves a step Slurm cannot kill; known not to "
-                            "pass on 25.11 yet (xfail, not run, in the --slurm-prefix session)")
     config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
                             "built for it (runs in the --slurm-prefix session only)")
 
@@ -82,11 +77,6 @@ def pytest_collection_modifyitems(config, items):
             if missing:
                 item.add_marker(pytest.mark.skip(reason=f"{missing}: {HOW_TO_BUILD}"))
         built_only = item.get_closest_marker("built_slurm") is not None
-        if other and item.get_closest_marker("unkillable_step") is not None:
-            # Not run, and reported as a known failure: on the Slurm built from source
-            # (25.11) the node stays COMPLETING while the task Slurm could not kill lives,
-            # so no epilog runs (README: the 25.11 gaps).
-            item.add_marker(pytest.mark.xfail(run=False, reason=UNKILLABLE_25))
         (keep if (facing or not other) and (other or not built_only) else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)
