@@ -53,7 +53,7 @@ class ClusterView:
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
     view = ClusterView(total=0)
-    for info in slurm.list_nodes():
+    for info in slurm.list_nodes_alone():
         view.total += 1
         view.infos[info["NodeName"]] = info
         raw = info.get("Reason", "")

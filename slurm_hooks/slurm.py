@@ -207,6 +207,10 @@ class Slurm:
         """Every node's record (one RPC: the node list), for `status` and the breaker."""
         return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
 
+    def list_nodes_alone(self) -> list[dict[str, str]]:
+        """list_nodes(), which already asks for the nodes alone (node_lines)."""
+        return self.list_nodes()
+
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
         return [parse_oneliner(r) for r in records(self._run("-o", "show", "job").stdout, "JobId=")]

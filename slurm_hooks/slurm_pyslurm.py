@@ -16,12 +16,13 @@ callers cannot tell the backends apart.
 Two operations have no libslurm call pyslurm binds, and scontrol itself uses Slurm's
 internal protocol for them, so they go through scontrol here too: `reboot`
 (REQUEST_REBOOT_NODES) and `listpids` (read from this host's slurmstepd sockets, not
-an RPC). The node list (`status`, the breaker) is the scontrol backend's one-RPC read
-through libslurm (slurmlib.py): pyslurm's `Nodes.load()` always loads the partitions
-too, a second RPC on every failing run of every node. Two others use plain libslurm functions pyslurm does not expose, called with
-ctypes in the child: `requeue` needs the `Incomplete` flag (`slurm_requeue(id,
-JOB_RUNNING)`: a job that ended meanwhile stays ended) and `cancel` addresses an
-array element as `A_T` (`slurm_kill_job2`, what scancel calls).
+an RPC). The drain-storm breaker's node list is the scontrol backend's one-RPC read
+through libslurm (slurmlib.py): pyslurm's `Nodes.load()` (which `status` uses) always
+loads the partitions too, a second RPC on every failing run of every node. Two others
+use plain libslurm functions pyslurm does not expose, called with ctypes in the child:
+`requeue` needs the `Incomplete` flag (`slurm_requeue(id, JOB_RUNNING)`: a job that
+ended meanwhile stays ended) and `cancel` addresses an array element as `A_T`
+(`slurm_kill_job2`, what scancel calls).
 """
 from __future__ import annotations
 
@@ -115,13 +116,16 @@ class PyslurmBackend:
                 "Reason": "" if reason in ("none", "(null)") else reason}
 
     def list_nodes(self) -> list[dict]:
+        return self._call("nodes")
+
+    def list_nodes_alone(self) -> list[dict]:
         # pyslurm's Nodes.load() also loads every partition (two RPCs), and the breaker
         # reads the node list on every failing run of every node: the nodes alone come
         # from the libslurm of the Slurm pyslurm was matched to (slurmlib.py, one RPC),
         # as in the scontrol backend.
         if self.choice.error:
             raise BackendError(self.choice.error)
-        return self._scontrol.list_nodes()
+        return self._scontrol.list_nodes_alone()
 
     def show_job(self, job: str) -> dict | None:
         info = self._call("job", job)
@@ -262,6 +266,10 @@ def _op_node(ps, name):
         raise
 
 
+def _op_nodes(ps):
+    return [_node_dict(n) for n in ps.Nodes.load().values()]
+
+
 def _find_job(ps, job: str):
     """The record of `job` (an id, or an array element A_T), None if Slurm has none."""
     array, _, task = job.partition("_")
@@ -343,6 +351,6 @@ def _op_cancel(ps, job):
     _check(ps, lib.slurm_kill_job2(job.encode(), SIGKILL, 0, None))
 
 
-_OPS: dict = {"probe": _op_probe, "node": _op_node, "job": _op_job, "jobs": _op_jobs,
+_OPS: dict = {"probe": _op_probe, "node": _op_node, "nodes": _op_nodes, "job": _op_job, "jobs": _op_jobs,
         "node_state": _op_node_state, "admin_comment": _op_admin_comment, "requeue": _op_requeue,
         "cancel": _op_cancel}
