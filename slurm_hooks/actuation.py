@@ -129,7 +129,7 @@ def _new_boot(state: StateStore) -> bool:
 
 
 def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int,
-                  release_after: float = 120.0):
+                  release_after: float):
     """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
     "reboot complete"), resume it once health checks pass. Before it, a node Slurm
     still holds COMPLETING `release_after` seconds after we asked (the task it cannot
