@@ -48,6 +48,7 @@ INSPECT_MAX = 64            # children reading environments at once
 INSPECT_TIMEOUT = 2.0
 NVML_TIMEOUT = 5.0
 PYSPY_TIMEOUT = 3.0
+RESAMPLE = 0.05             # how often a thread caught running is looked at again
 FRAMES = 12                  # Python frames kept per thread
 PYSPY_SEARCH = ("/usr/local/bin", "/usr/bin", "/opt/slurm-hooks/bin")
 
@@ -292,9 +293,7 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     if len(infos) > INSPECT_MAX:
         report.notes.append(f"environment read for the first {INSPECT_MAX} of {len(infos)} processes only")
     batch = runner.start(tasks)
-    left = sample - (time.monotonic() - scanned)
-    if left > 0:
-        time.sleep(left)
+    _rest_of_the_running(infos, proc, tables, scanned + sample)
     for pid, info in infos.items():
         for t in info.threads:
             s = procfs.sample(pid, t.tid, proc)
@@ -351,6 +350,27 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     report.tasks = sorted(infos.values(), key=lambda t: t.pid)
     report.elapsed = round(time.monotonic() - started, 3)
     return report
+
+
+def _rest_of_the_running(infos: dict[int, TaskInfo], proc: str, tables: dict, until: float) -> None:
+    """Wait out the sample, looking again at the threads first caught running. A thread
+    that polls (sleeps, wakes, looks, sleeps) or waits for a CPU on a loaded node is now
+    and then caught awake: where it rests, it waits, and that is what it is doing. A
+    thread that spins stays running."""
+    while True:
+        awake = [(pid, t) for pid, info in infos.items() for t in info.threads if t.state == "R"]
+        left = until - time.monotonic()
+        if not awake or left <= 0:
+            break
+        time.sleep(min(RESAMPLE, left))
+        for pid, t in awake:
+            again, _ = _thread(pid, t.tid, proc, tables)
+            if again is not None and again.state in ("S", "D") and again.syscall != "running":
+                t.state, t.wchan, t.syscall = again.state, again.wchan, again.syscall
+                t.file, t.fstype, t.mountpoint = again.file, again.fstype, again.mountpoint
+    left = until - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 def _d_time(t: ThreadInfo, s: procfs.TaskSample, pid: int, proc: str, sightings: dict,

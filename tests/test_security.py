@@ -99,20 +99,31 @@ def until_diagnosed(run, pid: int, statuses=("stuck", "stuck_own_mount"), tries:
 
 
 def d_task(uid: int, within: float = 15) -> tuple[int, int]:
-    """(pid, tid) of a thread of uid in D state."""
-    def find():
+    """(pid, tid) of a thread of uid that stays in D. A thread that waits a moment for
+    a disk read (paging in a program on a busy machine) is in D too, and gone soon."""
+    def in_d() -> set[tuple[int, int, bytes]]:
+        found = set()
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 if os.stat(f"/proc/{pid}").st_uid != uid:
                     continue
                 for tid in os.listdir(f"/proc/{pid}/task"):
                     data = open(f"/proc/{pid}/task/{tid}/stat", "rb").read()
-                    if data[data.rfind(b")") + 2:].split()[0] == b"D":
-                        return int(pid), int(tid)
+                    fields = data[data.rfind(b")") + 2:].split()
+                    if fields[0] == b"D":
+                        found.add((int(pid), int(tid), fields[19]))     # with its start time
             except OSError:
                 continue
-        return None
-    return poll(find, within, what=f"a task of uid {uid} in D")
+        return found
+
+    def find():
+        first = in_d()
+        if not first:
+            return None
+        time.sleep(1.0)
+        stays = sorted(first & in_d())
+        return stays[0][:2] if stays else None
+    return poll(find, within, what=f"a task of uid {uid} that stays in D")
 
 
 def readable_by_users(cluster) -> Path:
