@@ -96,7 +96,7 @@ class FilesystemDefaults:
 @dataclass
 class SlurmConfig:
     bin_dir: str | None = setting(None, kind="path", nullable=True,
-                                  doc="Directory holding scontrol. Default: the first of "
+                                  doc="Directory holding scontrol (and squeue and sinfo). Default: the first of "
                                   "/usr/bin, /usr/local/bin, /opt/slurm/bin that has it. "
                                   "HealthCheckProgram runs with no PATH, so none is used.")
     conf: str | None = setting(None, kind="path", nullable=True,

@@ -356,21 +356,34 @@ def _rest_of_the_running(infos: dict[int, TaskInfo], proc: str, tables: dict, un
     """Wait out the sample, looking again at the threads first caught running. A thread
     that polls (sleeps, wakes, looks, sleeps) or waits for a CPU on a loaded node is now
     and then caught awake: where it rests, it waits, and that is what it is doing. A
-    thread that spins stays running."""
+    thread that spins stays running, even when it is seen asleep for a moment (a lock
+    handed between two busy threads): a quarter of the sample on a CPU is busy, on a
+    loaded node too."""
+    awake = [(pid, t) for pid, info in infos.items() for t in info.threads if t.state == "R"]
+    ticks = {t.tid: procfs.cpu_ticks(pid, t.tid, proc) for pid, t in awake}
+    began = time.monotonic()
+    resting: dict[int, ThreadInfo] = {}
     while True:
-        awake = [(pid, t) for pid, info in infos.items() for t in info.threads if t.state == "R"]
+        looking = [(pid, t) for pid, t in awake if t.tid not in resting]
         left = until - time.monotonic()
-        if not awake or left <= 0:
+        if not looking or left <= 0:
             break
         time.sleep(min(RESAMPLE, left))
-        for pid, t in awake:
+        for pid, t in looking:
             again, _ = _thread(pid, t.tid, proc, tables)
             if again is not None and again.state in ("S", "D") and again.syscall != "running":
-                t.state, t.wchan, t.syscall = again.state, again.wchan, again.syscall
-                t.file, t.fstype, t.mountpoint = again.file, again.fstype, again.mountpoint
+                resting[t.tid] = again
     left = until - time.monotonic()
     if left > 0:
         time.sleep(left)
+    window = (time.monotonic() - began) * procfs.boot_ticks()
+    for pid, t in awake:
+        again = resting.get(t.tid)
+        before, after = ticks.get(t.tid), procfs.cpu_ticks(pid, t.tid, proc)
+        if again is None or before is None or after is None or after - before > window / 4:
+            continue
+        t.state, t.wchan, t.syscall = again.state, again.wchan, again.syscall
+        t.file, t.fstype, t.mountpoint = again.file, again.fstype, again.mountpoint
 
 
 def _d_time(t: ThreadInfo, s: procfs.TaskSample, pid: int, proc: str, sightings: dict,

@@ -66,6 +66,18 @@ def parse_stat(data: bytes) -> tuple[str, str, int] | None:
         return None
 
 
+def cpu_ticks(pid: int, tid: int, proc: str = PROC) -> int | None:
+    """A thread's CPU time so far (user + system), in clock ticks; None if it is gone."""
+    data = read_small(f"{proc}/{pid}/task/{tid}/stat")
+    if data is None:
+        return None
+    try:
+        fields = data[data.rfind(b")") + 2:].split()
+        return int(fields[11]) + int(fields[12])
+    except (IndexError, ValueError):
+        return None
+
+
 def is_kernel_thread(stat: bytes) -> bool:
     """Kernel threads (kworkers, jbd2, ...) sleep in D by design; jobs are user tasks."""
     try:

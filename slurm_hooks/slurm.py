@@ -1,4 +1,5 @@
-"""The Slurm backend: everything slurm-hooks asks of Slurm goes through scontrol here.
+"""The Slurm backend: everything slurm-hooks asks of Slurm goes through scontrol here
+(and squeue, for jobs).
 
 scontrol rather than a library binding: pyslurm must match the running Slurm's
 major.minor exactly and exists on PyPI for few releases, while `scontrol -o` output
@@ -6,6 +7,12 @@ major.minor exactly and exists on PyPI for few releases, while `scontrol -o` out
 list (never a shell), uses an absolute path and a PATH we set ourselves
 (HealthCheckProgram runs with no PATH), and has a deadline. Errors carry scontrol's
 own message.
+
+Jobs are read through squeue, with a fixed list of fields and the AdminComment last:
+`scontrol show job` prints a job's name, comment, command line and paths as they are,
+line breaks included, so a job's user could write a line that reads as the start of
+another job's record (or cut their own short). squeue prints only fields no job user
+writes, then the AdminComment, which only Slurm's administrators (and slurm-hooks) set.
 
 All calls of one run can share one deadline (`Slurm.deadline`, monotonic): slurmd kills
 the health check after 60 s, and an incident takes several calls in a row. A call is
@@ -105,6 +112,34 @@ def _looks_like_text(key: str, seen: dict) -> bool:
     # Without a list of keys, treat lower-case words as text: scontrol's keys are
     # CamelCase (NodeName, State, AdminComment, MCS_label, ...).
     return not key[:1].isupper() or key in seen
+
+
+# squeue --Format fields of a job ("Name:0|": no padding, no cut, `|` after it).
+JOB_FIELDS = ("JobId", "ArrayJobId", "ArrayTaskId", "UserId", "UserName", "State", "NodeList",
+              "NumNodes", "Requeue", "BatchFlag", "RestartCnt", "admin_comment")
+JOB_FORMAT = ",".join(f"{f}:0|" for f in JOB_FIELDS[:-1]) + f",{JOB_FIELDS[-1]}:0"
+_JOB_LINE = re.compile(r"(\d+)\|(\d+)\|([^|]*)\|(\d+)\|([^|]*)\|([A-Z_]+)\|([^|]*)\|(\d+)\|(\d+)\|(\d+)\|(\d+)\|(.*)")
+
+
+def parse_job_lines(out: str) -> list[dict[str, str]]:
+    """squeue's JOB_FORMAT lines as records keyed like `scontrol show job`'s. A line
+    that does not start a record continues the AdminComment before it (an admin may
+    write a line break into one)."""
+    jobs: list[dict[str, str]] = []
+    for line in out.splitlines():
+        m = _JOB_LINE.fullmatch(line)
+        if m is None:
+            if jobs:
+                jobs[-1]["AdminComment"] += "\n" + line
+            continue
+        job, array, task, uid, user, state, nodes, count, requeue, batch, restarts, comment = m.groups()
+        info = {"JobId": job, "UserId": f"{user}({uid})", "JobState": state, "NodeList": nodes or "(null)",
+                "NumNodes": count, "Requeue": requeue, "BatchFlag": batch, "Restarts": restarts,
+                "AdminComment": comment}
+        if task != "N/A":
+            info["ArrayJobId"], info["ArrayTaskId"] = array, task
+        jobs.append(info)
+    return jobs
 
 
 def strip_reason_stamp(reason: str) -> str:
@@ -213,26 +248,28 @@ class Slurm:
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
-        return [parse_oneliner(r) for r in records(self._run("-o", "show", "job").stdout, "JobId=")]
+        return parse_job_lines(self._squeue().stdout)
 
-    def _show(self, kind: str, name: str, unknown: str) -> dict[str, str] | None:
-        """`scontrol -o show KIND NAME` as a dict; None when Slurm says `unknown`."""
+    def _squeue(self, *args: str) -> CommandResult:
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.down is not None:
+            raise SlurmUnavailable(self.down)
+        squeue = os.path.join(os.path.dirname(self.scontrol), "squeue")
+        return self._exec([squeue, "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
+
+    def _show_node(self, name: str, unknown: str) -> dict[str, str] | None:
+        """`scontrol -o show node NAME` as a dict; None when Slurm says `unknown`."""
         try:
-            out = self._run("-o", "show", kind, name).stdout
+            out = self._run("-o", "show", "node", name).stdout
         except SlurmUnavailable:
             raise
         except SlurmError as e:
             if unknown in str(e).lower():
                 return None
             raise
-        # `show job ID` of an array's own id lists every element: take the record
-        # whose JobId is the one asked for (an array's pending rest has it too).
-        first = "NodeName=" if kind == "node" else "JobId="
-        head = f"{first}{name} "
-        found = records(out, first)
-        line = next((r for r in found if r.startswith(head)), None)
-        if line is None and kind == "node" and found:
-            line = found[0]
+        found = records(out, "NodeName=")
+        line = next((r for r in found if r.startswith(f"NodeName={name} ")), found[0] if found else None)
         return parse_oneliner(line) if line else None
 
     def node_lines(self) -> str:
@@ -265,7 +302,7 @@ class Slurm:
         primed = self._primed.get(node)
         if primed is not None:
             return primed
-        return self._show("node", node, f"node {node.lower()} not found")
+        return self._show_node(node, f"node {node.lower()} not found")
 
     def node_state(self, node: str) -> dict[str, str] | None:
         """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
@@ -304,7 +341,19 @@ class Slurm:
         return None
 
     def show_job(self, job: str) -> dict[str, str] | None:
-        return self._show("job", job, "invalid job id")
+        """The job's record, None when Slurm does not know it. `job` is a JobId or an
+        array element's ArrayJobId_ArrayTaskId; an array's own id lists every element,
+        and the one whose JobId it is is taken."""
+        try:
+            found = parse_job_lines(self._squeue(f"--jobs={job}").stdout)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "invalid job id" in str(e).lower():
+                return None
+            raise
+        return next((j for j in found if j["JobId"] == job
+                     or f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
 
     def set_admin_comment(self, job: str, text: str) -> None:
         self._run("update", f"jobid={job}", f"admincomment={text}")

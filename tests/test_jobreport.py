@@ -9,6 +9,9 @@ from slurm_hooks.jobreport import TaskInfo, _rest_of_the_running, _thread
 
 # Spins for a while, then rests in a sleep: caught during the spin, it is still a waiter.
 SPIN_THEN_SLEEP = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {spin}: pass\ntime.sleep(600)\n"
+# Busy, but asleep for a moment now and then (a lock handed between busy threads).
+BUSY_WITH_NAPS = ("import time\nwhile True:\n    t = time.monotonic()\n"
+                  "    while time.monotonic() - t < 0.02: pass\n    time.sleep(0.002)\n")
 
 
 def caught_running(p: subprocess.Popen) -> TaskInfo:
@@ -20,11 +23,13 @@ def caught_running(p: subprocess.Popen) -> TaskInfo:
     raise AssertionError("the child was never seen running")
 
 
-def test_a_thread_caught_awake_is_shown_where_it_rests_and_a_spinning_one_stays_running():
-    rests = subprocess.Popen([sys.executable, "-c", SPIN_THEN_SLEEP.format(spin=0.3)])
+def test_a_thread_caught_awake_is_shown_where_it_rests_and_a_busy_one_stays_running():
+    rests = subprocess.Popen([sys.executable, "-c", SPIN_THEN_SLEEP.format(spin=0.2)])
     spins = subprocess.Popen([sys.executable, "-c", SPIN_THEN_SLEEP.format(spin=600)])
+    naps = subprocess.Popen([sys.executable, "-c", BUSY_WITH_NAPS])
+    procs = (rests, spins, naps)
     try:
-        infos = {p.pid: caught_running(p) for p in (rests, spins)}
+        infos = {p.pid: caught_running(p) for p in procs}
         t0 = time.monotonic()
         _rest_of_the_running(infos, "/proc", {}, time.monotonic() + 3.0)
         # It waits out the whole sample, whatever it finds.
@@ -32,10 +37,11 @@ def test_a_thread_caught_awake_is_shown_where_it_rests_and_a_spinning_one_stays_
         [rest] = infos[rests.pid].threads
         assert (rest.state, rest.syscall) == ("S", "clock_nanosleep"), rest
         assert rest.wchan and rest.wchan != "0"
-        [spin] = infos[spins.pid].threads
-        assert spin.state == "R" and spin.syscall in ("running", ""), spin
+        for busy in (spins, naps):
+            [t] = infos[busy.pid].threads
+            assert t.state == "R" and t.syscall in ("running", ""), t
     finally:
-        for p in (rests, spins):
+        for p in procs:
             p.kill()
             p.wait()
 

@@ -521,6 +521,34 @@ def test_no_control_character_of_a_user_reaches_any_output(clean_cluster, mallor
     assert "\\x1b[31mlog\\x0a.txt" in texts["report"] and "\\x1b[31mlog\\x0a.txt" in texts["explain"]
 
 
+# A job's name and comment are its user's, line breaks included: `scontrol show job`
+# prints them as they are. A line written to look like the start of another record:
+FORGED = ("x\nJobId={fake} JobName=y UserId=root(0) JobState=REQUEUED Restarts=5 NodeList=n1 "
+          "BatchFlag=1 Requeue=1 AdminComment=slurm-hooks: node n1: job {fake} forged\n")
+
+
+def test_line_breaks_in_a_jobs_name_and_comment_neither_forge_a_job_nor_cut_its_own(
+        clean_cluster, mallory, sys_hung, tmp_path):
+    cluster = clean_cluster
+    fake = 424242
+    forged = FORGED.format(fake=fake)
+    job = sbatch_as(mallory, cluster, f"exec {PY} -c 'open(\"{sys_hung.path}/x\")'\n", "--requeue",
+                    f"--job-name={forged}", f"--comment={forged}")
+    pid, _ = d_task(mallory.uid)
+    cluster.scontrol("update", f"jobid={job}", "admincomment=ticket 4711")
+    config = configure(tmp_path, cluster, actions={"reboot": False, "requeue_job": False})
+    rec = until_diagnosed(lambda: healthcheck(config), pid)
+    # Slurm's word on the job is read whole: it runs on n1 and is mallory's, so it is acted on.
+    acts = {a["kind"]: a for a in rec["actions"]}
+    assert acts["comment"]["outcome"] == "done", rec["actions"]
+    comment = cluster.run("squeue", "--noheader", f"--jobs={job}", "--Format=admin_comment:0").stdout
+    assert comment.startswith(f"ticket 4711 | slurm-hooks: node n1: job {job} "), comment      # the admin's text kept
+    # `status` lists the real job on the drained node, and no job the user made up.
+    st = json.loads(slurm_hooks(config, "status", "--json").stdout)
+    jobs = {j["job"]: j for d in st["groups"] for n in d["nodes"] for j in n["jobs"]}
+    assert str(fake) not in jobs and jobs[str(job)]["restarts"] == "0", st
+
+
 # --- 7. files root writes where a user can reach --------------------------------------------
 def test_metrics_are_never_written_through_a_users_directory_or_link(mallory, tmp_path):
     victim = tmp_path / "victim"

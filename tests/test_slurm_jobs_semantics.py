@@ -75,11 +75,12 @@ def test_a_finished_job_is_never_requeued(clean_cluster, tmp_path):
 
 
 def slow_scontrol(cluster, tmp_path, delay: float):
-    """A bin_dir whose scontrol answers `delay` seconds late, like a loaded slurmctld."""
+    """A bin_dir whose Slurm commands answer `delay` seconds late, like a loaded slurmctld."""
     d = tmp_path / "slow-bin"
     d.mkdir()
-    (d / "scontrol").write_text(f"#!/bin/sh\nsleep {delay}\nexec {cluster.binary('scontrol')} \"$@\"\n")
-    (d / "scontrol").chmod(0o755)
+    for tool in ("scontrol", "squeue", "sinfo"):
+        (d / tool).write_text(f"#!/bin/sh\nsleep {delay}\nexec {cluster.binary(tool)} \"$@\"\n")
+        (d / tool).chmod(0o755)
     return str(d)
 
 

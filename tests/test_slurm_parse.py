@@ -37,3 +37,27 @@ def test_a_newline_in_a_value_stays_in_its_record():
     first, second = [parse_oneliner(r) for r in records(out, "JobId=")]
     assert first["AdminComment"] == "ops: keep\n'x';$(rm -rf /) ok" and first["StdIn"] == "/dev/null"
     assert second["JobId"] == "8"
+
+
+def test_squeue_job_lines_take_only_the_admin_comment_as_free_text():
+    """Jobs come from squeue's fixed fields, the AdminComment last: a line that does not
+    start a record continues the AdminComment before it (only admins write one)."""
+    from slurm_hooks.slurm import JOB_FIELDS, JOB_FORMAT, parse_job_lines
+    assert JOB_FORMAT.split(",")[-1] == "admin_comment:0" and len(JOB_FIELDS) == 12
+    out = ("12|12|N/A|1001|alice|RUNNING|n[1-3]|3|1|1|0|ops: keep\n"
+           "7|7|N/A|0|root|PENDING||1|0|0|2|(null)\n"
+           "30|27|3|1001|alice|RUNNING|n2|1|1|1|1|slurm-hooks: job 27_3 on n2 | a|b\n"
+           "31|27|4-9%2|1001|alice|PENDING||1|1|1|0|line one\n"
+           "99|99|N/A|0|root|RUNNING|n1|1|1|1|0|written\n")
+    jobs = parse_job_lines(out)
+    assert [j["JobId"] for j in jobs] == ["12", "7", "30", "31", "99"]
+    assert jobs[0] == {"JobId": "12", "UserId": "alice(1001)", "JobState": "RUNNING", "NodeList": "n[1-3]",
+                       "NumNodes": "3", "Requeue": "1", "BatchFlag": "1", "Restarts": "0",
+                       "AdminComment": "ops: keep"}
+    assert jobs[1]["NodeList"] == "(null)" and "ArrayJobId" not in jobs[1]
+    assert (jobs[2]["ArrayJobId"], jobs[2]["ArrayTaskId"]) == ("27", "3")
+    assert jobs[2]["AdminComment"] == "slurm-hooks: job 27_3 on n2 | a|b"
+    assert jobs[3]["ArrayTaskId"] == "4-9%2"
+    # An admin's line break: the next line is part of the comment, not a job.
+    jobs = parse_job_lines("5|5|N/A|0|root|RUNNING|n1|1|1|1|0|first\nsecond JobId=6\n")
+    assert len(jobs) == 1 and jobs[0]["AdminComment"] == "first\nsecond JobId=6"

@@ -196,7 +196,11 @@ def test_beside_nhc_no_resume_while_it_fails(clean_cluster, hung_mount, tmp_path
     assert "DRAIN" in cluster.node_state("n1"), "not resumed while NHC fails"
     flag.unlink()
     cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n1"), 5 * INTERVAL + 10, what="n1 resumed")
-    assert any("nhc passed" in n for n in journal(tmp_path, "n1")[-1]["notes"])
+    # The run that resumed says NHC passed (its journal line is written after the resume).
+    resumed = cluster.wait_for(lambda: next((r for r in journal(tmp_path, "n1") if any(
+        a["kind"] == "resume" and a["outcome"] == "done" for a in r.get("actions") or [])), None),
+        10, what="the journal line of the run that resumed")
+    assert any("nhc passed" in n for n in resumed["notes"]), resumed["notes"]
 
 
 def test_beside_a_hung_tool_is_cut_off_within_its_deadline(clean_cluster, tmp_path):
