@@ -189,14 +189,20 @@ class Slurm:
             self.env["SLURM_CONF"] = conf
 
     # --- plumbing ------------------------------------------------------------------------
-    def _run(self, *args: str) -> CommandResult:
+    def _beside(self, tool: str) -> str:
+        """The path of a Slurm command next to scontrol, if Slurm can be asked at all.
+        Never access()ed here: Slurm may live on a hung network filesystem, and only
+        the hang-safe exec may touch it."""
         if self.scontrol is None:
             raise SlurmUnavailable(f"scontrol not found in {self.where}")
         if self.down is not None:
             # slurmctld did not answer a moment ago: each new try would cost the
             # whole timeout again, and a health check has 60 s in all.
             raise SlurmUnavailable(self.down)
-        return self._exec([self.scontrol, *args])
+        return os.path.join(os.path.dirname(self.scontrol), tool)
+
+    def _run(self, *args: str) -> CommandResult:
+        return self._exec([self._beside("scontrol"), *args])
 
     def _call_timeout(self) -> float:
         if self.deadline is None:
@@ -251,12 +257,7 @@ class Slurm:
         return parse_job_lines(self._squeue().stdout)
 
     def _squeue(self, *args: str) -> CommandResult:
-        if self.scontrol is None:
-            raise SlurmUnavailable(f"scontrol not found in {self.where}")
-        if self.down is not None:
-            raise SlurmUnavailable(self.down)
-        squeue = os.path.join(os.path.dirname(self.scontrol), "squeue")
-        return self._exec([squeue, "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
+        return self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
 
     def _show_node(self, name: str, unknown: str) -> dict[str, str] | None:
         """`scontrol -o show node NAME` as a dict; None when Slurm says `unknown`."""
@@ -276,14 +277,11 @@ class Slurm:
         """`scontrol -o show node` lines of every node. In one RPC to slurmctld through
         Slurm's client library (slurmlib.py: the nodes alone, no `Partitions=`), else
         through scontrol, which also loads the partitions (two RPCs)."""
-        if self.scontrol is None:
-            raise SlurmUnavailable(f"scontrol not found in {self.where}")
-        if self.down is not None:
-            raise SlurmUnavailable(self.down)
+        scontrol = self._beside("scontrol")
         if self.library:
             from . import slurmlib
             try:
-                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, self.scontrol, "nodes"]).stdout
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol, "nodes"]).stdout
             except SlurmUnavailable:
                 raise
             except SlurmError:
@@ -315,13 +313,7 @@ class Slurm:
             reason = strip_reason_stamp(primed.get("Reason", ""))
             return {"NodeName": node, "State": primed.get("State", "").upper(),
                     "Reason": "" if reason in ("none", "(null)") else reason}
-        if self.scontrol is None:
-            raise SlurmUnavailable(f"scontrol not found in {self.where}")
-        if self.down is not None:
-            raise SlurmUnavailable(self.down)
-        # Next to scontrol, and never access()ed here: Slurm may live on a hung network
-        # filesystem, and only the hang-safe exec may touch it.
-        sinfo = os.path.join(os.path.dirname(self.scontrol), "sinfo")
+        sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.
             out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
@@ -364,12 +356,14 @@ class Slurm:
         self._run("requeue", "Incomplete", job)
 
     def cancel(self, job: str) -> None:
-        scancel = os.path.join(os.path.dirname(self.scontrol or ""), "scancel")
-        if self.scontrol is None or not os.access(scancel, os.X_OK):
-            raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}")
-        if self.down is not None:
-            raise SlurmUnavailable(self.down)
-        self._exec([scancel, job])
+        try:
+            self._exec([self._beside("scancel"), job])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "cannot run" in str(e):
+                raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}: {e}") from None
+            raise
 
     def reboot(self, node: str, reason: str) -> None:
         self._primed.pop(node, None)

@@ -9,9 +9,10 @@ from slurm_hooks.jobreport import TaskInfo, _rest_of_the_running, _thread
 
 # Spins for a while, then rests in a sleep: caught during the spin, it is still a waiter.
 SPIN_THEN_SLEEP = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {spin}: pass\ntime.sleep(600)\n"
-# Busy, but asleep for a moment now and then (a lock handed between busy threads).
+# Busy, but asleep for a moment now and then (a lock handed between busy threads):
+# asleep often enough that resampling is sure to see it so.
 BUSY_WITH_NAPS = ("import time\nwhile True:\n    t = time.monotonic()\n"
-                  "    while time.monotonic() - t < 0.02: pass\n    time.sleep(0.002)\n")
+                  "    while time.monotonic() - t < 0.02: pass\n    time.sleep(0.008)\n")
 
 
 def caught_running(p: subprocess.Popen) -> TaskInfo:
