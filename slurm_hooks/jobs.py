@@ -5,6 +5,7 @@ Paths Slurm's cgroup plugins create, and what they name:
               <ctrl>:/slurm_<node>/uid_U/job_J/step_S[/task_T]     (several slurmd per host)
   cgroup v2:  0::/system.slice/slurmstepd.scope/job_J/step_S/user/task_T
               0::/system.slice/<node>_slurmstepd.scope/job_J/...   (several slurmd per host)
+              0::[/INIT]/SLICE/slurmstepd.scope/job_J/...          (CgroupSlice=, a container)
 S is a number or batch, extern, interactive (and older names such as
 "4294967292"-style special ids in text form). When cgroups say nothing (proctrack
 linuxproc or pgid), `scontrol listpids` is the fallback (slurm.py).
@@ -12,8 +13,16 @@ linuxproc or pgid), `scontrol listpids` is the fallback (slurm.py).
 Only those roots count. A user may own cgroups of their own (systemd delegates
 `user@UID.service` to them) and can build `.../slurm/uid_0/job_J/step_0` inside it; a
 path is a Slurm job's only where Slurm's plugins create it: v1 at the root of the
-hierarchy, v2 under system.slice's slurmstepd scope. Even then the job is confirmed
-with Slurm before anything is done to it (actions.py).
+hierarchy, v2 in the slurmstepd scope of a slice at the top of the init cgroup. Even
+then the job is confirmed with Slurm before anything is done to it (actions.py).
+
+cgroup/v2 puts that scope in cgroup.conf's CgroupSlice (system.slice unless set; 25.11
+on) below the directory of PID 1's cgroup, unless PID 1 sits at the root: "" on a host,
+/docker.slice/docker-ID.scope for slurmd in a container whose init is in init.scope
+there. The same is done here with this namespace's PID 1, and any slice (or systemd's
+nested slices, a-b.slice in a.slice) is taken rather than reading cgroup.conf, which
+may lie on the shared filesystem: only root makes cgroups at that level, and a subtree
+systemd delegates to a user lies below user@UID.service, which is no slice.
 """
 from __future__ import annotations
 
@@ -22,7 +31,7 @@ from .records import dataclass
 
 _V1 = lazyre.compile(r"/slurm(?:_(?P<node>[^/]+))?/uid_(?P<uid>\d+)/job_(?P<job>\d+)"
                  r"(?:/step_(?P<step>[^/\s]+))?(?:/task_(?P<task>\d+))?(?:/|$)")
-_V2 = lazyre.compile(r"/system\.slice/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
+_V2 = lazyre.compile(r"(?:/[^/]+\.slice)+/(?:(?P<node>[^/]+)_)?slurmstepd\.scope/job_(?P<job>\d+)"
                  r"(?:/step_(?P<step>[^/\s]+))?(?:/user)?(?:/task_(?P<task>\d+))?(?:/|$)")
 
 
@@ -38,13 +47,17 @@ class JobRef:
         return self.node is None or self.node == node
 
 
-def from_cgroup(text: str) -> JobRef | None:
-    """JobRef from /proc/PID/cgroup contents; None for a process outside any job."""
+def from_cgroup(text: str, init: str = "") -> JobRef | None:
+    """JobRef from /proc/PID/cgroup contents; None for a process outside any job.
+    `init`: where cgroup/v2 roots its slices (init_root), "" on a host."""
     best = None
     for line in text.splitlines():
-        path = line.split(":", 2)[-1]
+        hierarchy, _, path = line.partition(":")[2].partition(":")
         # match(), not search(): anchored at the root of the hierarchy.
-        m = _V1.match(path) or _V2.match(path)
+        m = _V1.match(path)
+        if m is None and hierarchy == "" and line.startswith("0:"):
+            below = path[len(init):] if path.startswith(init + "/") else None
+            m = _V2.match(below) if below is not None else None
         if not m:
             continue
         d = m.groupdict()
@@ -62,7 +75,26 @@ def of_pid(pid: int | str, proc: str = "/proc") -> JobRef | None:
     process, one in D state too); None outside any job or when it is gone."""
     from .procfs import text
     data = text(f"{proc}/{pid}/cgroup")
-    return from_cgroup(data) if data else None
+    return from_cgroup(data, init_root(proc)) if data else None
+
+
+_INIT_ROOTS: dict[str, str] = {}
+
+
+def init_root(proc: str = "/proc") -> str:
+    """Where cgroup/v2 puts its slices, as Slurm finds it (_get_init_cg_path): the
+    directory of PID 1's cgroup, or the root when PID 1 is there. Read once per process:
+    PID 1 does not move."""
+    root = _INIT_ROOTS.get(proc)
+    if root is None:
+        from .procfs import text
+        root = ""
+        for line in (text(f"{proc}/1/cgroup") or "").splitlines():
+            if line.startswith("0::/"):
+                path = line[3:].rstrip("/")
+                root = path.rpartition("/")[0] if path else ""
+        _INIT_ROOTS[proc] = root
+    return root
 
 
 def _precision(ref: JobRef) -> int:

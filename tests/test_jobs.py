@@ -1,7 +1,7 @@
 """Attribution of processes to Slurm jobs from their cgroup paths."""
 from __future__ import annotations
 
-from slurm_hooks.jobs import JobRef, from_cgroup, of_pid, parse_listpids
+from slurm_hooks.jobs import JobRef, from_cgroup, init_root, of_pid, parse_listpids
 
 V1 = """12:pids:/slurm/uid_1000/job_1234/step_0/task_3
 11:freezer:/slurm/uid_1000/job_1234/step_0
@@ -30,6 +30,49 @@ def test_cgroup_v2_single_and_multiple_slurmd():
     ref = from_cgroup(V2_MULTI)
     assert (ref.job, ref.step, ref.node) == ("9", "extern", "n3")
     assert from_cgroup(V2_STEPD).step == "2"
+
+
+def test_cgroup_v2_in_the_slice_cgroup_conf_names():
+    """CgroupSlice= (25.11 on) moves the slurmstepd scope out of system.slice; systemd
+    nests a-b.slice in a.slice."""
+    assert from_cgroup("0::/slurm.slice/slurmstepd.scope/job_5/step_0/user/task_1\n") == \
+        JobRef(job="5", step="0", task="1")
+    ref = from_cgroup("0::/hpc.slice/hpc-jobs.slice/n1_slurmstepd.scope/job_6/step_batch/user/task_0\n")
+    assert (ref.job, ref.step, ref.node) == ("6", "batch", "n1")
+    # Only the unified hierarchy is cgroup/v2's; a v1 hierarchy's path there is no job.
+    assert from_cgroup("1:name=systemd:/system.slice/slurmstepd.scope/job_7/step_0\n") is None
+
+
+def test_cgroup_v2_below_the_init_cgroup_of_a_container(tmp_path):
+    """slurmd in a container without a cgroup namespace: Slurm roots its slice at the
+    directory of PID 1's cgroup, and so is it read here; a job of a slurmd outside
+    (on the host) or a path the container's users could make is none of this node's."""
+    (tmp_path / "1").mkdir()
+    (tmp_path / "1" / "cgroup").write_text("0::/docker.slice/docker-abc.scope/init.scope\n")
+    assert init_root(str(tmp_path)) == "/docker.slice/docker-abc.scope"
+    paths = {
+        42: "/docker.slice/docker-abc.scope/system.slice/slurmstepd.scope/job_7/step_0/user/task_0",
+        43: "/system.slice/slurmstepd.scope/job_8/step_0/user/task_0",
+        44: "/docker.slice/docker-abc.scope/user.slice/user-1001.slice/user@1001.service/"
+            "app.slice/system.slice/slurmstepd.scope/job_9/step_0",
+        45: "/docker.slice/docker-abcd.scope/system.slice/slurmstepd.scope/job_10/step_0",
+    }
+    for pid, path in paths.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(f"0::{path}\n")
+    assert of_pid(42, str(tmp_path)) == JobRef(job="7", step="0", task="0")
+    assert [of_pid(pid, str(tmp_path)) for pid in (43, 44, 45)] == [None, None, None]
+
+
+def test_init_root_on_a_host():
+    """PID 1 in init.scope, at the root, or on a hybrid host: slices sit at the root."""
+    import tempfile
+    from pathlib import Path
+    for text in ("0::/init.scope\n", "0::/\n", "9:name=systemd:/init.scope\n1:cpu:/\n0::/\n", ""):
+        with tempfile.TemporaryDirectory() as proc:
+            (Path(proc) / "1").mkdir()
+            (Path(proc) / "1" / "cgroup").write_text(text)
+            assert init_root(proc) == "", text
 
 
 def test_single_slurmd_paths_belong_to_any_node_name():
