@@ -87,8 +87,10 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         hung_mount.close()              # the filesystem comes back (the stuck writer dies)
         stuck.wait(timeout=10)
         cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n1"), 30, what="n1 resumed")
-        resumed = [a for r in journal(tmp_path, "n1") for a in r["actions"] if a["kind"] == "resume"]
-        assert resumed and resumed[-1]["outcome"] == "done"
+        # The run that resumed writes its journal line after the resume.
+        resumed = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n1") for a in r["actions"]
+                                            if a["kind"] == "resume"], 10, what="the resuming run's journal line")
+        assert resumed[-1]["outcome"] == "done"
         runs = len(journal(tmp_path, "n3"))
         cluster.wait_for(lambda: len(journal(tmp_path, "n3")) >= runs + 3, 20, what="three more runs on n3")
         assert cluster.show_node("n3")["Reason"].startswith("slurm-hooks: pid "), "needs a reboot: left drained"

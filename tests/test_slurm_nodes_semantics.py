@@ -127,7 +127,9 @@ def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cl
     # place: slurmstepd drains with it in the instant the reboot is issued.
     down = [r for s, r in seen if s.startswith("DOWN")]
     assert down and "reboot complete" in down[0], seen[:3]
-    resumed = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "resume"]
+    # The run that resumed writes its journal line after the resume.
+    resumed = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n3") for a in r["actions"]
+                                        if a["kind"] == "resume"], 10, what="the resuming run's journal line")
     assert resumed[-1]["outcome"] == "done" and "after its reboot" in resumed[-1]["message"]
     assert [a["outcome"] for r in journal(tmp_path, "n3") for a in r["actions"]
             if a["kind"] == "reboot"].count("done") == 1

@@ -4,12 +4,16 @@ job and the file, the job is requeued with the diagnosis recorded, and the healt
 nodes stay in service."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from helpers import journal, write_node_configs
+from helpers import journal, proc_state, write_node_configs
 
 pytestmark = pytest.mark.cluster
 INTERVAL, GRACE = 3, 2
@@ -77,8 +81,9 @@ def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
         assert "DRAIN" not in cluster.node_state(n)
         assert all(r["status"] != "unhealthy" for r in journal(tmp_path, n))
 
-    # The journal has the full record.
-    sick = next(r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy")
+    # The journal has the full record (written after the run's last action).
+    sick = cluster.wait_for(lambda: next((r for r in journal(tmp_path, "n1") if r["status"] == "unhealthy"), None),
+                            10, what="the draining run's journal line")
     [f] = [f for c in sick["checks"] for f in c["findings"] if f["status"] == "stuck"]
     ev = f["evidence"]
     assert (ev["job"], ev["rank"], ev["node"], ev["syscall"]) == (str(job), "0", "n1", "openat")
@@ -186,6 +191,9 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     cluster.wait_for(marker.exists, 40, what="RebootProgram run by slurmd")
     downs = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "down"]
     if not cluster.version.startswith("22."):
+        # The run that set it DOWN writes its journal line after doing so.
+        downs = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n3") for a in r["actions"]
+                                          if a["kind"] == "down"], 10, what="the DOWN run's journal line")
         assert [(a["outcome"], a["code"]) for a in downs] == [("done", "released")], downs
         assert downs[0]["reason"] == reboot_action["reason"]
     requeues = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "requeue"]
@@ -225,3 +233,125 @@ def test_cancel_fallback(clean_cluster, hung_mount, tmp_path):
     cluster.wait_for(lambda: cluster.job_state(job) in ("CANCELLED", "COMPLETING"), 20, what="job cancelled")
     assert "slurm-hooks: not requeued (requeue is disabled for this job (--no-requeue or JobRequeue=0)); " \
            "cancelled instead" in cluster.show_job(job)["AdminComment"]
+
+
+WAITS_THEN_STUCK = """
+import os, sys, threading, time
+hung, barrier = sys.argv[1], sys.argv[2]
+open(os.path.join(barrier, "pid"), "w").write(str(os.getpid()))
+while not os.path.exists(os.path.join(barrier, "go")):
+    time.sleep(0.05)
+threading.Thread(target=lambda: open(os.path.join(hung, "ckpt.pt"), "wb"), daemon=True).start()
+time.sleep(3600)
+"""
+
+
+def _unified_hierarchy(tmp_path):
+    """Where this host's cgroup2 hierarchy is mounted (hybrid hosts have it at
+    /sys/fs/cgroup/unified, with no controllers); mounted here when it is not."""
+    for line in open("/proc/self/mountinfo"):
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if right.split()[:1] == ["cgroup2"] and fields[3] == "/":
+            return Path(fields[4]), None
+    mnt = tmp_path / "cgroup2"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "cgroup2", "none", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"no cgroup2 hierarchy could be mounted: {r.stderr.strip()}")
+    return mnt, mnt
+
+
+def _own_v1_cgroups() -> dict[str, Path]:
+    """Each cgroup v1 hierarchy this process is in: its directory, by controller list."""
+    mounts = {}
+    for line in open("/proc/self/mountinfo"):
+        left, _, right = line.partition(" - ")
+        fstype, _, opts = right.split()[:3]
+        if fstype == "cgroup":
+            fields = left.split()
+            for o in opts.split(","):
+                mounts.setdefault(o, (fields[3], Path(fields[4])))
+    own = {}
+    for line in open("/proc/self/cgroup"):
+        num, ctrls, path = line.rstrip("\n").split(":", 2)
+        if num != "0":
+            root, where = mounts[ctrls.split(",")[0]]
+            own[ctrls] = where / os.path.relpath(path, root)
+    return own
+
+
+def test_a_task_in_slurms_cgroup_v2_layout_is_tied_to_its_job(clean_cluster, hung_mount, tmp_path):
+    """Slurm's cgroup/v2 refuses this hybrid host, so its layout is built here by hand in
+    the host's real cgroup2 hierarchy: a job's task on n2 is moved to where 25.11 puts it
+    with CgroupSlice=slurm.slice and several slurmd on the host
+    (/slurm.slice/n2_slurmstepd.scope/job_J/step_0/user/task_0) and out of Slurm's v1
+    cgroups, listpids is turned off, and it hangs on a dead filesystem. The health
+    check ties it to the job by that path alone: n2 is drained naming the job, the job
+    gets its comment; n1 and n3 see the same process and leave it to n2."""
+    cluster = clean_cluster
+    unified, mounted = _unified_hierarchy(tmp_path)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    (tmp_path / "stuck.py").write_text(WAITS_THEN_STUCK)
+    job = cluster.sbatch("-N1", "-w", "n2", "--no-requeue", "-o", str(tmp_path / "job.out"), script=(
+        "#!/bin/sh\n"
+        f"srun {sys.executable} {tmp_path}/stuck.py {hung_mount.path} {barrier}\n"))
+    cluster.wait_for(lambda: (barrier / "pid").exists() and (barrier / "pid").read_text(), 30,
+                     what="the job's task started")
+    pid = int((barrier / "pid").read_text())
+    scope = unified / "slurm.slice" / "n2_slurmstepd.scope"
+    task = scope / f"job_{job}" / "step_0" / "user" / "task_0"
+    try:
+        task.mkdir(parents=True)
+        (task / "cgroup.procs").write_text(str(pid))
+        for ctrls, own in _own_v1_cgroups().items():
+            if f":{ctrls}:/slurm" in Path(f"/proc/{pid}/cgroup").read_text():
+                (own / "cgroup.procs").write_text(str(pid))
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+        assert f"0::/slurm.slice/n2_slurmstepd.scope/job_{job}/step_0/user/task_0\n" in text, text
+        assert not [line for line in text.splitlines() if ":/slurm" in line and not line.startswith("0::")], text
+        (barrier / "go").touch()
+        cluster.wait_for(lambda: any(proc_state(int(t.name)) == "D"
+                                     for t in Path(f"/proc/{pid}/task").iterdir()), 10,
+                         what="the task's thread in D")
+        enable_healthcheck(cluster, tmp_path, listpids_fallback=False)
+
+        cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2"), GRACE + 2 * INTERVAL + 5,
+                         what="n2 drained")
+        reason = cluster.show_node("n2")["Reason"]
+        assert reason.startswith(f"slurm-hooks: job {job} pid {pid} "), reason
+        assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in reason
+        cluster.wait_for(lambda: f"slurm-hooks: node n2: job {job}" in cluster.show_job(job)["AdminComment"],
+                         10, what="the job's comment")
+        # The run writes its journal line after its actions.
+        sick = cluster.wait_for(lambda: next((r for r in journal(tmp_path, "n2")
+                                              if r["status"] == "unhealthy"), None),
+                                10, what="the draining run's journal line")
+        [f] = [f for c in sick["checks"] for f in c["findings"] if f["status"] == "stuck"]
+        assert (f["evidence"]["job"], f["evidence"]["node"]) == (str(job), "n2")
+        for n in ("n1", "n3"):
+            assert "DRAIN" not in cluster.node_state(n)
+            assert all(r["status"] != "unhealthy" for r in journal(tmp_path, n))
+    finally:
+        # Out of Slurm's v1 cgroups, the task is no longer Slurm's to kill.
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        cluster.wait_for(lambda: proc_state(pid) in (None, "Z"), 10, what="the moved task gone")
+        cluster.cancel_all()
+        for d in (task, task.parent, task.parent.parent, task.parent.parent.parent, scope, scope.parent):
+            cluster.wait_for(lambda d=d: _rmdir(d), 10, what=f"{d} removed")
+        if mounted:
+            subprocess.run(["umount", str(mounted)], check=False)
+
+
+def _rmdir(d: Path) -> bool:
+    try:
+        d.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return True
