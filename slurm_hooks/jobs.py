@@ -52,12 +52,11 @@ def from_cgroup(text: str, init: str = "") -> JobRef | None:
     `init`: where cgroup/v2 roots its slices (init_root), "" on a host."""
     best = None
     for line in text.splitlines():
-        hierarchy, _, path = line.partition(":")[2].partition(":")
-        # match(), not search(): anchored at the root of the hierarchy.
+        path = line.split(":", 2)[-1]
+        # match(), not search(): anchored at the root of the hierarchy (v2: below init).
         m = _V1.match(path)
-        if m is None and hierarchy == "" and line.startswith("0:"):
-            below = path[len(init):] if path.startswith(init + "/") else None
-            m = _V2.match(below) if below is not None else None
+        if m is None and line.startswith("0::") and path.startswith(init + "/"):
+            m = _V2.match(path[len(init):])
         if not m:
             continue
         d = m.groupdict()

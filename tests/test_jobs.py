@@ -64,15 +64,13 @@ def test_cgroup_v2_below_the_init_cgroup_of_a_container(tmp_path):
     assert [of_pid(pid, str(tmp_path)) for pid in (43, 44, 45)] == [None, None, None]
 
 
-def test_init_root_on_a_host():
+def test_init_root_on_a_host(tmp_path):
     """PID 1 in init.scope, at the root, or on a hybrid host: slices sit at the root."""
-    import tempfile
-    from pathlib import Path
-    for text in ("0::/init.scope\n", "0::/\n", "9:name=systemd:/init.scope\n1:cpu:/\n0::/\n", ""):
-        with tempfile.TemporaryDirectory() as proc:
-            (Path(proc) / "1").mkdir()
-            (Path(proc) / "1" / "cgroup").write_text(text)
-            assert init_root(proc) == "", text
+    texts = ("0::/init.scope\n", "0::/\n", "9:name=systemd:/init.scope\n1:cpu:/\n0::/\n", "")
+    for i, text in enumerate(texts):
+        (tmp_path / str(i) / "1").mkdir(parents=True)
+        (tmp_path / str(i) / "1" / "cgroup").write_text(text)
+        assert init_root(str(tmp_path / str(i))) == "", text
 
 
 def test_single_slurmd_paths_belong_to_any_node_name():
