@@ -48,6 +48,8 @@ REBOOT_COMPLETE = "reboot complete"
 LEDGER = "actions-done"
 TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
+# What a requeue or cancel ended as when the job really ended (or was already gone).
+ENDED_CODES = frozenset({Code.NONE, Code.CANCELLED_INSTEAD, Code.JOB_ENDED, Code.JOB_QUEUED})
 
 
 def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
@@ -82,10 +84,13 @@ def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_
         except SlurmError as e:
             result = ActionResult(action, FAILED, f"{getattr(slurm, 'name', 'scontrol')} refused: {e}",
                                   code=Code.REFUSED)
-        if result.outcome in (DONE, SKIPPED):
+        if result.outcome in (DONE, SKIPPED) and result.code != Code.JOB_RUNNING:
             now = time.time()
             for k in action.keys:
                 ledger[k] = {"done": now, "seen": now}
+                if action.kind in ("requeue", "cancel"):
+                    # A requeue skipped (--no-requeue, srun) ended nothing: killing was not tried.
+                    ledger[k]["ended"] = result.code in ENDED_CODES
         results.append(result)
     return results
 
@@ -305,6 +310,19 @@ def _fallback(action: Action, slurm: SlurmBackend, prefix: str, job: str, info: 
     return ActionResult(action, SKIPPED, msg, code=Code.NOT_REQUEUED)
 
 
+def _still_running_here(action: Action, slurm: SlurmBackend) -> str:
+    """The job's state when Slurm says it still runs on this node, else "" (ended,
+    back in the queue, being killed by Slurm, running elsewhere, or forgotten)."""
+    from .hostlist import contains
+    info = slurm.show_job(action.after_job or "")
+    if info is None:
+        return ""
+    state = info.get("JobState", "")
+    if state in TERMINAL or state.startswith(("PENDING", "REQUEUE", "COMPLETING")):
+        return ""
+    return state if contains(info.get("NodeList", ""), action.node) else ""
+
+
 def _cancel(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     job, _, ended = _running_job(action, slurm)
     if ended is not None:
@@ -314,6 +332,11 @@ def _cancel(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
 
 
 def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    if action.after_job:
+        running = _still_running_here(action, slurm)
+        if running:
+            return ActionResult(action, SKIPPED, f"no reboot yet: job {action.after_job} still runs here "
+                                f"({running}) and nothing has ended it", code=Code.JOB_RUNNING)
     info, current = _node(action, slurm)
     if info is None:
         return current

@@ -137,6 +137,11 @@ class StuckTasksConfig:
                              "problem, not the node's: never a drain or a reboot. `comment`: record "
                              "the diagnosis on the job (AdminComment, journal); `cancel` or `requeue` "
                              "the job as well.")
+    not_node: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                            doc="A job task stuck where nothing proves the node at fault (a vfork "
+                            "parent, a ptrace stop, a pipe or lock, a mount no kernel id shows to be "
+                            "the node's) is the job's problem: never a drain or a reboot. `comment`: "
+                            "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
     listpids_fallback: bool = setting(True, kind="bool",
                                       doc="Ask `scontrol listpids` which job a stuck process belongs "
                                       "to when its cgroup does not say (proctrack/linuxproc).")

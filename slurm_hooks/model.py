@@ -100,6 +100,7 @@ class Action:
     replace_only: bool = False # drain: only put our reason in place of such a generic one
     uid: int | None = None     # job actions: the uid of the diagnosed task; Slurm must agree
     job_only: bool = False     # about the job alone (its own mount): no drain-storm budget
+    after_job: str | None = None  # reboot: only once Slurm says this job no longer runs here
 
     @property
     def keys(self) -> list[str]:

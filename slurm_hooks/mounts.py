@@ -31,6 +31,7 @@ class Mount:
     source: str
     options: str          # per-mount options (ro, nosuid, ...)
     super_options: str
+    dev: str = ""         # the superblock's device, major:minor (st_dev of every file on it)
 
     @property
     def is_fuse(self) -> bool:
@@ -94,6 +95,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
                 fstype=parts[sep + 1],
                 source=_unescape(parts[sep + 2]),
                 super_options=parts[sep + 3] if len(parts) > sep + 3 else "",
+                dev=parts[2],
             ))
         except (ValueError, IndexError):
             continue   # a malformed line says nothing about the mounts we care about
@@ -114,8 +116,10 @@ class MountTable:
     def __init__(self, mounts: list[Mount]):
         # Later entries shadow earlier ones on the same mountpoint (stacked mounts).
         self._by_point: dict[str, Mount] = {}
+        self._by_id: dict[int, Mount] = {}
         for m in mounts:
             self._by_point[m.mountpoint] = m
+            self._by_id[m.mount_id] = m
 
     @classmethod
     def current(cls) -> "MountTable":
@@ -138,6 +142,14 @@ class MountTable:
 
     def user_owned(self, m: Mount) -> bool:
         return self.user_owner(m) is not None
+
+    def by_id(self, mount_id: int) -> Mount | None:
+        """The mount with this id (the kernel's mnt_id, as fdinfo gives it), shadowed or not."""
+        return self._by_id.get(mount_id)
+
+    def with_dev(self, dev: str) -> list[Mount]:
+        """Every mount of the superblock with this device number (bind mounts included)."""
+        return [m for m in self._by_id.values() if m.dev == dev]
 
     def at(self, mountpoint: str) -> Mount | None:
         """The mount whose mountpoint is exactly this path, if any."""

@@ -59,6 +59,7 @@ class Code(str, Enum):
     NOT_REQUEUED = "not_requeued"          # cannot be requeued: left running
     CANCELLED_INSTEAD = "cancelled_instead"  # cannot be requeued: cancelled (fallback)
     NO_REBOOT_PROGRAM = "no_reboot_program"
+    JOB_RUNNING = "job_running"            # reboot: nothing has ended the stuck task's job yet
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
 
     def __str__(self) -> str:

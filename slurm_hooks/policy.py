@@ -5,10 +5,12 @@
 - A failing finding tied to a job also records the diagnosis on the job and requeues
   it, so the job's healthy nodes are freed and it resumes elsewhere from its checkpoint.
 - A stuck task asks for a reboot (`reboot ASAP`: once the node is idle) when killing
-  has had its chance: it is outside any job, or its job was already requeued (or
-  left, or cancelled) in an earlier run and the task is still there. Many hangs are
-  killable (NFS waits are), and requeueing the job clears them without a reboot;
-  the ones that survive are the unkillable kind only a reboot clears.
+  has had its chance: it is outside any job, or its job was really ended (requeued or
+  cancelled, in an earlier run) at least `stuck_tasks.grace` ago and the task is still
+  there. A requeue that was skipped (--no-requeue, an srun job, requeue switched off)
+  ended nothing: the reboot then waits until Slurm says the job no longer runs on the
+  node. Many hangs are killable (NFS waits are), and ending the job clears them
+  without a reboot; the ones that survive are the unkillable kind only a reboot clears.
 - A finding that is the job's own problem (`job_action`: a task stuck on its user's
   own FUSE mount) drains nothing and asks for no reboot: the job gets the diagnosis and
   the action the finding names (comment, cancel or requeue), nothing else.
@@ -26,9 +28,12 @@ COMMENT_LIMIT = 1000
 
 
 def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
-           ledger: dict | None = None) -> list[Action]:
-    """`ledger`: keys of actions already carried out (actions.py), from local state."""
+           ledger: dict | None = None, kill_grace: float = 0.0, now: float | None = None) -> list[Action]:
+    """`ledger`: keys of actions already carried out (actions.py), from local state.
+    `kill_grace`: how long a stuck task must outlive its job's end before a reboot."""
+    import time
     ledger = ledger or {}
+    now = time.time() if now is None else now
     failing = [f for f in findings if f.severity == FAIL]
     out: list[Action] = _job_only(findings, node, prefix, actions_cfg)
     if not failing:
@@ -50,10 +55,18 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
         if actions_cfg.requeue_job:
             out.append(Action("requeue", node=node, job=job, text=text, incident=incident,
                               fallback=actions_cfg.requeue_fallback, uid=uid))
-    reboot_for = [f for f in failing if f.needs_reboot and _killing_was_tried(f, node, actions_cfg, ledger)]
+    tried = {id(f): _killing_was_tried(f, ledger, kill_grace, now, actions_cfg.requeue_job) for f in failing if f.needs_reboot}
+    reboot_for = [f for f in failing if tried.get(id(f)) == "tried"]
     if actions_cfg.reboot and reboot_for:
         incident = "+".join(sorted(f.incident or f.target for f in reboot_for))
         out.append(Action("reboot", node=node, reason=reason, incident=incident))
+    elif actions_cfg.reboot:
+        # Nothing of ours ended the job (requeue off, --no-requeue, an srun job): the
+        # reboot waits until Slurm says the job no longer runs here.
+        waiting = [f for f in failing if tried.get(id(f)) == "not_ended"]
+        for f in waiting[:1]:
+            out.append(Action("reboot", node=node, reason=reason, incident=f.incident or f.target,
+                              after_job=f.job))
     return out
 
 
@@ -84,10 +97,19 @@ def _job_only(findings: list[Finding], node: str, prefix: str, actions_cfg) -> l
     return out
 
 
-def _killing_was_tried(f: Finding, node: str, actions_cfg, ledger: dict) -> bool:
-    if f.job is None or f.keep_job or not actions_cfg.requeue_job:
-        return True
-    return f"requeue:{f.job}:{f.incident or f.target}" in ledger
+def _killing_was_tried(f: Finding, ledger: dict, grace: float, now: float, requeue: bool) -> str:
+    """"tried": the job was really ended (requeued or cancelled, by us or Slurm) at
+    least `grace` ago and the task outlived it; "wait": ended, not long enough ago;
+    "not_ended": nothing of ours ended it (requeue switched off or refused)."""
+    if f.job is None or f.keep_job:
+        return "tried"
+    entries = [ledger.get(f"{kind}:{f.job}:{f.incident or f.target}") for kind in ("requeue", "cancel")]
+    ended = [e for e in entries if isinstance(e, dict) and e.get("ended")]
+    if ended:
+        return "tried" if now - min(float(e["done"]) for e in ended) >= grace else "wait"
+    if not requeue or any(isinstance(e, dict) for e in entries):
+        return "not_ended"
+    return "wait"          # the requeue this run asks for has not happened yet
 
 
 def hysteresis(findings: list[Finding], counts: dict, failures_to_drain: dict) -> dict:

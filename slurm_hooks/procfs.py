@@ -285,3 +285,45 @@ def boot_id() -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+# No real host comes near this: 16 MiB of mountinfo is some 100,000 mounts.
+MOUNTINFO_MAX = 16 << 20
+
+
+def read_whole(path: str, limit: int) -> tuple[bytes | None, bool]:
+    """(contents, cut): a /proc file read to its end or to `limit` bytes, whichever is
+    first. /proc answers a page or so per read, so one read is never the whole file;
+    a table read in part leaves out whatever a user pushed past the cut."""
+    try:
+        fd = os.open(path, _O)
+    except OSError:
+        return None, False
+    chunks: list[bytes] = []
+    got = 0
+    try:
+        while got < limit:
+            chunk = os.read(fd, min(limit - got, 1 << 16))
+            if not chunk:
+                return b"".join(chunks), False
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks), bool(os.read(fd, 1))
+    except OSError:
+        return (b"".join(chunks) or None), False
+    finally:
+        os.close(fd)
+
+
+def mnt_id(pid: int, fd: int, proc: str = PROC) -> int | None:
+    """The kernel's id of the mount an open descriptor lives on (fdinfo's mnt_id): the
+    mount itself, whatever the descriptor's path string says (a symlink, a lazy
+    unmount, a rename). fdinfo is answered from the open file, never its filesystem."""
+    data = read_small(f"{proc}/{pid}/fdinfo/{fd}", size=4096)
+    for line in (data or b"").splitlines():
+        if line.startswith(b"mnt_id:"):
+            try:
+                return int(line[7:])
+            except ValueError:
+                return None
+    return None

@@ -49,6 +49,18 @@ def file_args(call: str, args: list[int]) -> tuple[int | None, int | None]:
     return None, None
 
 
+# Calls on two descriptors at once: the wait may be on either.
+TWO_FDS = {"sendfile": (0, 1), "splice": (0, 2), "tee": (0, 1), "copy_file_range": (0, 2)}
+
+
+def fds_of(call: str, args: list[int]) -> list[int]:
+    """Every descriptor argument of the call that names a file it may wait on."""
+    if call in TWO_FDS:
+        return [fd for i in TWO_FDS[call] if i < len(args) and (fd := _fd(args[i])) is not None]
+    fd, _ = file_args(call, args)
+    return [fd] if fd is not None and call not in AT_PATH else []
+
+
 def _fd(v: int) -> int | None:
     v &= 0xFFFFFFFF
     return v if v < 0x80000000 else None

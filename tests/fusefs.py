@@ -333,6 +333,7 @@ class Server:
         self.next_fh = 1
         self.lock = threading.Lock()     # guards fs state and the stall queue
         self.stalled = False
+        self.no_interrupt = False        # --no-interrupt: warm up as 'stuck' does, then serve
         self.queue = []
         self.initialized = False
         self.mountpoint = None
@@ -389,7 +390,7 @@ class Server:
                 self.reply_init(unique, buf[IN_HEADER.size:])
                 if not self.initialized:
                     self.initialized = True
-                    if self.mode == "stuck":
+                    if self.mode == "stuck" or self.no_interrupt:
                         status = self.warm_up_no_interrupt()
                         if status:
                             return status
@@ -823,6 +824,9 @@ def main(argv=None):
                    help="ok/slow/errno/late: directory (relative, nested "
                         "ok) that exists from the start; repeatable")
     p.add_argument("--ready-file", default=None)
+    p.add_argument("--no-interrupt", action="store_true",
+                   help="ok/slow/errno: first make the kernel set no_interrupt (as 'stuck' "
+                   "does), so callers of a stalled server wait in D, not S")
     p.add_argument("--fusermount", action="store_true",
                    help="mount through fusermount3, as an unprivileged user "
                         "(user_id=UID, no allow_other)")
@@ -835,6 +839,7 @@ def main(argv=None):
     server = Server(-1, a.mode, delay=a.delay, err=parse_errno(a.errno),
                     fail_ops=parse_ops(a.fail_op), slow_ops=parse_ops(a.slow_op),
                     entry_timeout=a.entry_timeout, debug=a.debug)
+    server.no_interrupt = a.no_interrupt
     for d in a.mkdir:
         server.make_dirs(d)
 

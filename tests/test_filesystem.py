@@ -167,7 +167,10 @@ def test_read_only_and_full_filesystems(hooks, ro_mount, full_mount):
     ro = rec["by_path"][f"{ro_mount.path}/probe"]
     full = rec["by_path"][f"{full_mount.path}/probe"]
     assert (ro["status"], ro["evidence"]["errno"], ro["evidence"]["step"]) == ("error", "EROFS", "create")
-    assert (full["status"], full["evidence"]["errno"]) == ("error", "ENOSPC")
+    # A full node-local tmpfs is scratch a job filled (tests/test_scratch_full.py): its
+    # own verdict, a failure that resumes.
+    assert (full["status"], full["evidence"]["errno"], full["severity"]) == ("full", "ENOSPC", "fail")
+    assert full["summary"] == f"fs {full_mount.path}/probe full (ENOSPC)" and full["resumable"]
     assert rec["rc"] == 1
 
 

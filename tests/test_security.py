@@ -405,13 +405,15 @@ def test_reading_a_stuck_tasks_memory_never_touches_a_users_file_pages(mallory, 
     for _ in range(6):
         out = run()
         found = [f for c in out["checks"] for f in c["findings"]
-                 if f["evidence"].get("pid") == p.pid and f["status"] == "stuck"]
+                 if f["evidence"].get("pid") == p.pid and f["status"] == "stuck_not_node"]
         if found:
             break
         time.sleep(0.3)
     [f] = found
     assert f["evidence"]["syscall"] == "openat" and f["evidence"]["inspect"] == \
         "path argument not in anonymous memory: not read", f["evidence"]
+    # A path the user hid where it cannot be read proves nothing: not the node's.
+    assert f["evidence"]["cause"] == "unproven" and f["severity"] == "warn", f["evidence"]
     # Nothing of ours is stuck reading the user's page.
     stuck = tmp_path / "state" / "n1" / "stuck-children.json"
     assert not stuck.exists() or json.loads(stuck.read_text()) == {}
@@ -584,3 +586,131 @@ def test_the_write_probe_leaves_nothing_behind_when_the_read_back_fails(make_fus
     [f] = [f for c in out["checks"] for f in c["findings"]]
     assert (f["status"], f["evidence"]["step"], f["evidence"]["errno"]) == ("error", "read", "EIO")
     assert not [n for n in os.listdir(m.path) if n.startswith(".slurm-hooks-probe")]
+
+
+# --- 8. a task of the job's own making is never proven to be the node's ------------------
+# Each job below gets one of its tasks stuck in D by its own doing, in a way the
+# stuck-task check once blamed on the node (a drain for good and a reboot). The place
+# a task waits on is the node's only when the kernel's own ids prove it (waits.py).
+OWN_OK_FUSE = f"""
+rm -f own.ready; mkdir -p own
+{PY} fusefs.py ok "$PWD/own" --fusermount --no-interrupt --ready-file "$PWD/own.ready" --name own &
+FUSE=$!
+while [ ! -e own.ready ]; do sleep 0.05; done
+head -c 65536 /dev/zero > own/data.bin
+"""
+STALL = 'kill -USR1 $FUSE; sleep 0.3\n'
+ATTACKS = {
+    # clone(CLONE_VFORK) without CLONE_VM, a child that never execs: the parent waits
+    # in wait_for_vfork_done, in D, with no file at all.
+    "vfork": f"""exec {PY} -c '
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+nr = {{"x86_64": 56, "aarch64": 220}}[os.uname().machine]
+if libc.syscall(nr, 0x4000 | 17, 0, 0, 0, 0) == 0:
+    time.sleep(3600)
+    os._exit(0)
+time.sleep(3600)
+'
+""",
+    # open() of a link on the node's disk that leads into the user's own stalled mount.
+    "symlink": OWN_OK_FUSE + 'ln -sfn "$PWD/own/data.bin" "$LINK"\n' + STALL
+    + f"exec {PY} -c 'open(\"'\"$LINK\"'\", \"rb\")'\n",
+    # openat(fd of /tmp, absolute path on the user's mount): the dirfd names the node's /tmp.
+    "dirfd": OWN_OK_FUSE + STALL + f"""exec {PY} -c '
+import os, sys
+os.open(sys.argv[1], os.O_RDONLY, dir_fd=os.open("/tmp", os.O_RDONLY))
+' "$PWD/own/data.bin"
+""",
+    # A file opened, its mount lazily unmounted: fd/N then reads "/data.bin", as if on /.
+    "lazy_unmount": OWN_OK_FUSE + f"""exec {PY} -c '
+import os, signal, subprocess, sys, time
+fd = os.open("own/data.bin", os.O_RDONLY)
+subprocess.run(["fusermount3", "-u", "-z", "own"], check=True)
+os.kill(int(sys.argv[1]), signal.SIGUSR1)
+time.sleep(0.3)
+os.read(fd, 4096)
+' $FUSE
+""",
+    # A page fault on a mapping of the user's own file: no system call, no path.
+    "page_fault": OWN_OK_FUSE + f"""exec {PY} -c '
+import mmap, os, signal, sys, time
+f = open("own/data.bin", "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+os.kill(int(sys.argv[1]), signal.SIGUSR1)
+time.sleep(0.3)
+m[40000]
+' $FUSE
+""",
+    # 800 mounts in a user namespace of the user's own push their FUSE line past the
+    # first 64 KiB of the task's mountinfo.
+    "mountinfo": f"""rm -f ns.ready
+exec unshare -Urm sh -c 'mkdir -p pad ns; i=0; while [ $i -lt 800 ]; do mount -t tmpfs pad pad; i=$((i+1)); done
+{PY} fusefs.py unanswered "$PWD/ns" --ready-file "$PWD/ns.ready" --name ns &
+while [ ! -e ns.ready ]; do sleep 0.05; done
+exec {PY} -c "open(\\"ns/data.bin\\", \\"rb\\")"'
+""",
+}
+# What the check must make of each: never the node's.
+EXPECTED = {"vfork": ("stuck_not_node", "other"), "symlink": ("stuck_own_mount", "user_mount"),
+            "dirfd": ("stuck_own_mount", "user_mount"), "lazy_unmount": ("stuck_not_node", "unproven"),
+            "page_fault": ("stuck_own_mount", "user_mount"), "mountinfo": ("stuck_own_mount", "user_mount")}
+
+
+@pytest.mark.backend_independent      # the backend's job comment is tested elsewhere
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_a_task_stuck_by_its_own_jobs_doing_never_drains_or_reboots_the_node(
+        clean_cluster, mallory, tmp_path, attack):
+    cluster = clean_cluster
+    link = Path(f"/tmp/shk-link-{os.getpid()}-{attack}")
+    # --no-requeue: once, a requeue skipped counted as a kill and the next run rebooted.
+    job = sbatch_as(mallory, cluster, f"LINK={link}\n" + ATTACKS[attack], "--no-requeue")
+    try:
+        try:
+            pid, _ = d_task(mallory.uid, within=30)
+        except AssertionError as e:
+            out = mallory.home / f"job{mallory._n}.out"
+            raise AssertionError(f"{e}; the job said: {out.read_text() if out.exists() else '(nothing)'}")
+        config = configure(tmp_path, cluster, stuck_tasks={"inspect_timeout": 1})
+        status, cause = EXPECTED[attack]
+        rec = until_diagnosed(lambda: healthcheck(config), pid, statuses=(status, "stuck"))
+        [f] = [f for f in about(rec, pid) if f["status"] in (status, "stuck")]
+        assert (f["status"], f["evidence"]["cause"], f["severity"]) == (status, cause, "warn"), f
+        assert f["job"] == str(job) and rec["status"] != "unhealthy"
+        if cause == "user_mount":
+            assert f["evidence"]["mount_owner"] == mallory.uid, f["evidence"]
+        # The job gets the diagnosis; the node takes no part: no drain, no reboot, no
+        # share of the drain-storm breaker, however many runs see the task.
+        assert [(a["kind"], a["outcome"]) for a in rec["actions"]] == [("comment", "done")], rec["actions"]
+        assert f"job {job}" in cluster.show_job(job)["AdminComment"]
+        for _ in range(2):
+            again = healthcheck(config)
+            assert not [a for a in again["actions"] if a["kind"] in ("drain", "reboot")], again["actions"]
+        not_drained(cluster)
+        assert cluster.job_state(job) == "RUNNING"
+        assert not (tmp_path / "state" / "n1" / "breaker.json").exists()
+    finally:
+        if link.is_symlink():
+            link.unlink()
+
+
+LINK_TO_NODE_MOUNT = f"""ln -sfn "$HUNG/data.bin" "$PWD/node-link"
+exec {PY} -c 'open("node-link", "rb")'
+"""
+
+
+@pytest.mark.backend_independent
+def test_a_link_that_does_lead_to_the_nodes_hung_mount_drains_and_requeues(clean_cluster, mallory,
+                                                                            sys_hung, tmp_path):
+    """The true positive stays: the walk follows the user's link to the node's own mount."""
+    cluster = clean_cluster
+    job = sbatch_as(mallory, cluster, f"HUNG={sys_hung.path}\n" + LINK_TO_NODE_MOUNT, "--requeue")
+    pid, _ = d_task(mallory.uid)
+    config = configure(tmp_path, cluster, stuck_tasks={"inspect_timeout": 1}, actions={"reboot": False})
+    rec = until_diagnosed(lambda: healthcheck(config), pid)
+    [f] = [f for f in about(rec, pid) if f["status"] == "stuck"]
+    ev = f["evidence"]
+    assert (ev["mountpoint"], ev["cause"], f["severity"]) == (str(sys_hung.path), "shared_filesystem", "fail"), ev
+    kinds = {a["kind"]: a["outcome"] for a in rec["actions"]}
+    assert kinds.get("drain") == "done" and kinds.get("requeue") == "done", rec["actions"]
+    assert str(sys_hung.path) in cluster.show_node("n1")["Reason"] or "node-link" in cluster.show_node("n1")["Reason"]

@@ -12,6 +12,7 @@ import time
 from slurm_hooks.checks import Context
 from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
 from slurm_hooks.config import Config, StuckTasksConfig
+from slurm_hooks.mounts import MountTable, parse_mountinfo
 from slurm_hooks.runner import Runner
 from slurm_hooks.state import StateStore
 
@@ -47,8 +48,12 @@ def task(root, pid, tid, comm, state, *, flags=0, cgroup="0::/user.slice\n", sys
     (p / "environ").write_bytes(environ)
     (p / "cmdline").write_bytes(b"python\0train.py\0")
     (p / "fd").mkdir(exist_ok=True)
+    (p / "fdinfo").mkdir(exist_ok=True)
     for n, target in (fds or {}).items():
         os.symlink(target, p / "fd" / str(n))
+        # The kernel's id of the mount the descriptor is open on, as fdinfo gives it.
+        mnt = 50 if target.startswith("/gpfs/") else 1
+        (p / "fdinfo" / str(n)).write_text(f"pos:\t0\nflags:\t02\nmnt_id:\t{mnt}\nino:\t7\n")
     if not os.path.lexists(p / "cwd"):
         os.symlink("/gpfs/run", p / "cwd")
     return f"{pid}/{tid}/{start}"
@@ -91,6 +96,7 @@ def test_captured_tree(tmp_path):
         state.save("stuck-tasks", {k: {"first_seen": long_ago, "switches": [5, 1]} for k in keys})
         state.save("stuck-children", {"filesystem:/x": {"pid": child.pid, "start": start, "since": long_ago}})
         ctx = Context(cfg, "n1", state, Runner(state))
+        ctx._mounts = MountTable(parse_mountinfo(MOUNTINFO))     # the captured host's own
         check = StuckTasksCheck(proc=str(proc))
         assert check.tasks(ctx) == []
         findings = {f.evidence["pid"]: f for f in check.findings(ctx, {})}

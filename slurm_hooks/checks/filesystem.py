@@ -11,7 +11,14 @@ string prefix and never stats the path itself. Everything that touches the path 
 in a hang-safe child (runner.py).
 
 Verdicts: ok, slow (succeeded above warn_after), hung (deadline), error (with the
-errno name), missing (the mount that should be there is not).
+errno name), full (ENOSPC or EDQUOT on node-local scratch), missing (the mount that
+should be there is not).
+
+A full node-local scratch (/tmp, /dev/shm, a local disk) is what a job's own files do
+to a healthy node: in the health check it is a resumable failure (the drain is lifted
+once space is back), and in the prolog and epilog only a warning, so that no job is
+held up, and no node drained, by an earlier job's files. Full network storage stays an
+error, as does any other errno.
 """
 from __future__ import annotations
 
@@ -33,6 +40,13 @@ if TYPE_CHECKING:
 
 NAME = "filesystem"
 DEFAULT_LOCAL = ("/tmp", "/dev/shm")
+# The world-writable scratch directories every job can fill, on whatever holds them
+# (a diskless node's /tmp may sit on its NFS root).
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+# What a step that ran out of room says: no space (blocks or inodes), or over a quota.
+FULL_ERRNOS = ("ENOSPC", "EDQUOT")
+# The runs made for a job: there a full scratch holds the earlier job's files.
+JOB_HOOKS = ("prolog", "epilog")
 
 
 @dataclass
@@ -46,6 +60,26 @@ class Target:
     mountpoint: str | None
     fstype: str | None
     origin: str              # "configured" or why a default was chosen
+    scratch: bool = False    # node-local scratch: full is a job's doing (local_scratch)
+
+
+def local_scratch(path: str, mounts) -> bool:
+    """Whether `path` is node-local scratch, where running out of space or inodes is
+    what jobs' files do, not a fault of the node.
+
+    Decided from the mount table alone (the parent never touches the path): the mount
+    holding the path is a node-local filesystem (tmpfs, ext4, xfs, btrfs, ...: neither
+    network nor FUSE), or the path is in /tmp, /var/tmp or /dev/shm on the filesystem
+    that holds that directory itself. The paths are the admin's (configuration) or
+    ours (the defaults); what a user controls is mounts, and a user's own FUSE mount
+    never counts: its ENOSPC may be made up."""
+    m = mounts.holding(path)
+    if m is None or mounts.user_owned(m):
+        return False
+    if not (m.is_network or m.is_fuse):
+        return True
+    p = normalise(path)
+    return any((p == d or p.startswith(d + "/")) and mounts.holding(d) is m for d in SCRATCH_DIRS)
 
 
 def targets(cfg: Config, mounts) -> list[Target]:
@@ -54,11 +88,12 @@ def targets(cfg: Config, mounts) -> list[Target]:
         return [Target(path=normalise(fs.path), mode=fs.mode,
                        timeout=cfgmod.fs_timeout(cfg, fs), warn_after=cfgmod.fs_warn_after(cfg, fs),
                        payload=cfgmod.fs_payload(cfg, fs), required=fs.required,
-                       mountpoint=fs.mountpoint, fstype=fs.fstype, origin="configured")
+                       mountpoint=fs.mountpoint, fstype=fs.fstype, origin="configured",
+                       scratch=local_scratch(fs.path, mounts))
                 for fs in cfg.filesystems]
     out = [Target(path=p, mode="write", timeout=d.timeout, warn_after=d.warn_after,
                   payload=d.payload_bytes, required=True, mountpoint=None, fstype=None,
-                  origin="default: local scratch")
+                  origin="default: local scratch", scratch=local_scratch(p, mounts))
            for p in DEFAULT_LOCAL if mounts.holding(p) is not None]
     if d.discover_network_mounts:
         for m in mounts:
@@ -89,6 +124,7 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
     path = os.path.join(directory, f".slurm-hooks-probe.{node}.{os.getpid()}.{token}")
     payload = (token.encode() * (size // len(token) + 1))[:size]
     steps: dict[str, float] = {}
+    failure: dict | None = None
     created = False
     fd = -1
     step = "create"
@@ -133,7 +169,7 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
         created = False
         steps[step] = time.monotonic() - t
     except OSError as e:
-        return _oserror(step, e)
+        failure = _oserror(step, e)
     finally:
         if fd >= 0:
             os.close(fd)
@@ -142,7 +178,22 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
                 os.unlink(path)
             except OSError:
                 pass
+    if failure is not None:
+        if failure["errno"] in FULL_ERRNOS:
+            failure["space"] = _space(directory)      # once our own file is gone
+        return failure
     return {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
+
+
+def _space(directory: str) -> dict:
+    """What is left, as root sees it (root may use ext4's reserved blocks): free bytes,
+    free and total inodes (0 total: the filesystem counts none, btrfs)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return {}
+    return {"free_bytes": st.f_bfree * st.f_frsize, "size_bytes": st.f_blocks * st.f_frsize,
+            "free_inodes": st.f_ffree, "inodes": st.f_files}
 
 
 def probe_read(progress, directory: str) -> dict:
@@ -170,9 +221,10 @@ class FilesystemCheck:
     series = {
         "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
         "slurm_hooks_filesystem_probe_latency_seconds": ("gauge", "Time to the probe's verdict (the deadline when hung)."),
-        "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, missing)."),
+        "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, full, missing)."),
     }
-    explain_keys = ("mountpoint", "fstype", "mode", "step", "errno", "latency", "timeout", "since")
+    explain_keys = ("mountpoint", "fstype", "mode", "step", "errno", "free_bytes", "free_inodes",
+                    "latency", "timeout", "since")
 
     @staticmethod
     def samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
@@ -236,10 +288,10 @@ class FilesystemCheck:
         return None
 
     def _finding(self, t: Target, status: str, summary: str, detail: str = "",
-                 evidence: dict | None = None) -> Finding:
+                 evidence: dict | None = None, hook: str = "") -> Finding:
         if status == "ok":
             severity = OK
-        elif status == "slow" or not t.required:
+        elif status == "slow" or not t.required or (status == "full" and hook in JOB_HOOKS):
             severity = WARN
         else:
             severity = FAIL
@@ -258,10 +310,10 @@ class FilesystemCheck:
             fstype = m.fstype if m else "?"
             where = {"mountpoint": m.mountpoint if m else None, "fstype": fstype}
             o = outcomes[self.key(t.path)]
-            out.append(self._verdict(t, o, fstype, where))
+            out.append(self._verdict(t, o, fstype, where, ctx.hook))
         return out
 
-    def _verdict(self, t: Target, o, fstype: str, where: dict) -> Finding:
+    def _verdict(self, t: Target, o, fstype: str, where: dict, hook: str = "") -> Finding:
         ev = dict(where, pid=o.pid, elapsed=round(o.elapsed, 6))
         if o.status in (HUNG, STILL_HUNG):
             step = o.step or t.mode
@@ -276,6 +328,8 @@ class FilesystemCheck:
             return self._finding(t, "error", f"fs {t.path} probe failed ({fstype})",
                                  detail=o.error, evidence=ev)
         v = o.value
+        if not v.get("ok") and t.scratch and v["errno"] in FULL_ERRNOS:
+            return self._full(t, v, fstype, ev, hook)
         if not v.get("ok"):
             ev.update(step=v["step"], errno=v["errno"])
             return self._finding(t, "error", f"fs {t.path} {v['step']} failed {v['errno']} ({fstype})",
@@ -288,6 +342,35 @@ class FilesystemCheck:
         return self._finding(t, "ok", f"fs {t.path} ok {latency * 1000:.1f}ms ({fstype})",
                              detail=_steps(v), evidence=ev)
 
+    def _full(self, t: Target, v: dict, fstype: str, ev: dict, hook: str) -> Finding:
+        """Node-local scratch out of room: jobs' files, not a sick node. Never hard,
+        never a reboot: a drain for it is lifted by the health checks once space is
+        back (policy.resume_after passing runs); the prolog and epilog only warn."""
+        space = v.get("space") or {}
+        name = v["errno"]
+        if name == "EDQUOT":
+            what = "over quota"
+        elif space.get("inodes") and space.get("free_inodes") == 0:
+            what = "out of inodes"
+        else:
+            what = "full"
+        ev.update(step=v["step"], errno=name, scratch=True, **space)
+        left = ""
+        if space:
+            left = (f"{_size(space['free_bytes'])} of {_size(space['size_bytes'])} free"
+                    + (f", {space['free_inodes']} of {space['inodes']} inodes free" if space["inodes"] else ""))
+        where = f"node-local scratch ({fstype} on {ev.get('mountpoint')})"
+        if hook in JOB_HOOKS:
+            then = (f"not failing the {hook}: jobs' files fill it; the health check drains the node "
+                    "resumably if it stays full")
+        else:
+            then = ("jobs' files fill it: a resumable drain, lifted once space is back "
+                    "(policy.resume_after passing health checks)")
+        detail = "; ".join(filter(None, [f"{v['step']}: {v.get('message', '')}", where, left, then]))
+        f = self._finding(t, "full", f"fs {t.path} {what} ({name})", detail=detail, evidence=ev, hook=hook)
+        f.resumable, f.hard, f.needs_reboot = True, False, False
+        return f
+
 
 def _default_note(chosen: list[Target]) -> str:
     local = [t.path for t in chosen if t.mode == "write"]
@@ -295,6 +378,17 @@ def _default_note(chosen: list[Target]) -> str:
     return ("no filesystems configured: probing local scratch " + (", ".join(local) or "(none)")
             + " (write) and network mounts from the mount table: " + (", ".join(remote) or "none found")
             + " (read). List the paths this node depends on under `filesystems:`.")
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    size, unit = float(n), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024:
+            break
+    return f"{size:.1f} {unit}"
 
 
 def _steps(v: dict) -> str:

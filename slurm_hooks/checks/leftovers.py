@@ -91,7 +91,10 @@ class LeftoversCheck:
                 for d in stuck_check.diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
                     f = stuck_check.finding(ctx, d, after_end=True)
                     if f is not None:
-                        f.check, f.status = NAME, "stuck_after_job"
+                        # The node's only where proven: otherwise it stays the job's.
+                        f.check = NAME
+                        if f.status == "stuck":
+                            f.status = "stuck_after_job"
                         out.append(f)
             else:
                 s = samples[0]

@@ -25,7 +25,9 @@ and start time), never by a name, which any process can take.
 A task stuck on a FUSE mount its own user made (fusermount3 records the user's uid; a
 mount in a user namespace of their own is theirs too) is the job's problem, not the
 node's: the finding says so and asks only for an action on that job
-(`stuck_tasks.own_mount`), never a drain or a reboot.
+(`stuck_tasks.own_mount`), never a drain or a reboot. So is any task the kernel's own ids
+do not prove to wait on the node's storage, devices or GPU driver (waits.py):
+`stuck_tasks.not_node`.
 
 The child that reads a stuck process's memory is careful with what the user controls:
 it reads only inside anonymous readable mappings (a page of a file on a FUSE mount the
@@ -37,7 +39,7 @@ from __future__ import annotations
 import os
 import time
 
-from .. import procfs, syscalls
+from .. import procfs, syscalls, waits
 from ..jobs import JobRef, of_pid
 from ..model import FAIL, OK, WARN, Finding
 from ..mounts import MountTable, parse_mountinfo
@@ -54,11 +56,7 @@ NAME = "stuck_tasks"
 STATE = "stuck-tasks"
 # Above this many threads the scan is split over forked children, one per CPU.
 PARALLEL_THREADS = 3000
-GPU_SYMBOLS = ("nvidia", "nv_", "uvm_", "_nv0", "os_acquire", "nvkms", "rm_")
-FS_SYMBOLS = ("fuse", "nfs", "rpc_wait", "ll_", "ptlrpc", "ldlm", "osc_", "mdc_", "lov_",
-              "mmfs", "gpfs", "cxi", "beegfs", "fhgfs", "cifs", "smb", "ceph", "9p", "p9_")
-CAUSE_LABEL = {"shared_filesystem": "shared filesystem", "gpu_driver": "GPU driver",
-               "user_mount": "the user's own FUSE mount", "other": "other"}
+CAUSE_LABEL = waits.CAUSE_LABEL
 ENVIRON_MAX = 128 << 10     # a user can point their environment at gigabytes (PR_SET_MM_MAP)
 CMDLINE_MAX = 4096
 PATH_MAX = 4096
@@ -88,7 +86,12 @@ class Stuck:
     cmdline: str = ""
     inspect: str = ""                   # how reading the process's memory went
     kernel: str = ""                    # the kernel's own hung-task line, when present
-    mount_owner: int | None = None      # uid that made the FUSE mount it waits on, if a user did
+    mount_owner: int | None = None      # uid whose mount it waits on, if a user's
+    fds: list[int] = field(default_factory=list)    # every descriptor the call waits on
+    dirfd: int | None = None            # the directory a relative path argument starts from
+    devs: list[str] = field(default_factory=list)   # devices of its file mappings (maps)
+    walk: dict = field(default_factory=dict)        # how resolving its path argument went
+    how: list[str] = field(default_factory=list)    # how the place was proven, or why not
 
 
 def _scan_chunk(progress, pids: list[str], proc: str) -> list:
@@ -141,7 +144,9 @@ def _inspect(progress, pid: int, proc: str, addrs: list[int]) -> dict:
     """
     out: dict = {}
     progress("maps")
-    anon = _anonymous(_read_bounded(f"{proc}/{pid}/maps", MAPS_MAX))
+    maps = _read_bounded(f"{proc}/{pid}/maps", MAPS_MAX)
+    anon = _anonymous(maps)
+    out["devs"] = waits.mapping_devs(maps)
     stat = _read_bounded(f"{proc}/{pid}/stat", 4096)
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
@@ -199,6 +204,8 @@ class Syscall:
     fd: int | None = None
     file: str = ""                  # the file behind fd (a link the kernel answers)
     addrs: list[int] = field(default_factory=list)   # path arguments, in the task's memory
+    fds: list[int] = field(default_factory=list)     # every descriptor it waits on
+    dirfd: int | None = None        # where a relative path argument starts (None: the cwd)
 
 
 def syscall_of(pid: int, tid: int, proc: str = procfs.PROC) -> Syscall:
@@ -221,11 +228,13 @@ def syscall_of(pid: int, tid: int, proc: str = procfs.PROC) -> Syscall:
     out.nr, out.name = nr, syscalls.name(nr)
     args = [int(a, 16) for a in line[1:7]]
     fd, addr = syscalls.file_args(out.name, args)
-    if fd is not None:
-        out.fd = fd
-        out.file = procfs.readlink(f"{proc}/{pid}/fd/{fd}") or ""
+    out.fds = syscalls.fds_of(out.name, args)
+    if out.fds:
+        out.fd = out.fds[0]
+        out.file = procfs.readlink(f"{proc}/{pid}/fd/{out.fd}") or ""
     if addr:
         out.addrs = [addr]
+        out.dirfd = fd
     return out
 
 
@@ -414,7 +423,7 @@ class StuckTasksCheck:
         results: list[Stuck] = []
         tasks: list[Task | None] = []
         listpids = None
-        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith(f"{NAME}:inspect:"))
+        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith((f"{NAME}:inspect:", f"{NAME}:walk:")))
         for pid, items in sorted(stuck.items()):
             items.sort(key=lambda x: -x[1])
             first, held = items[0]
@@ -444,74 +453,78 @@ class StuckTasksCheck:
                                   (pid, self.proc, addrs), ctx.config.stuck_tasks.inspect_timeout))
         live = [t for t in tasks if t]
         outcomes = ctx.runner.run(live) if live else {}
+        walks: list[tuple[Stuck, Task]] = []
         for d, task in zip(results, tasks):
-            if task is None:
-                self._locate(ctx, d)
-                continue
-            o = outcomes[task.key]
-            if o.status == DONE:
+            o = outcomes.get(task.key) if task is not None else None
+            path = None
+            if o is not None and o.status == DONE:
                 v = o.value
                 d.rank = rank_from(v)
                 d.cmdline = v.get("cmdline", "")
                 d.inspect = v.get("skipped") or "ok"
+                d.devs = [x for x in v.get("devs", []) if isinstance(x, str)]
                 path = next((p for p in v.get("paths", []) if p), None)
-                if path and not d.file:
-                    d.file = path if path.startswith("/") else os.path.join(
-                        procfs.readlink(f"{self.proc}/{d.sample.pid}/cwd") or "", path)
-            else:
+            elif o is not None:
                 d.inspect = f"{o.status}: {o.error}"
+            if path and not d.file:
+                base = "root" if path.startswith("/") else ("cwd" if d.dirfd is None else f"fd/{d.dirfd}")
+                # For people only: where the path leads is the walk's to say, not this string.
+                d.file = path if base == "root" else os.path.join(
+                    procfs.readlink(f"{self.proc}/{d.sample.pid}/{base}") or "", path)
+                if inspect_stuck + len(walks) < INSPECT_STUCK_MAX:
+                    walks.append((d, Task(f"{NAME}:walk:{d.sample.pid}:{d.sample.start}", waits.walk,
+                                          (d.sample.pid, self.proc, base, path),
+                                          ctx.config.stuck_tasks.inspect_timeout)))
+                else:
+                    d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"}
+        if walks:
+            done = ctx.runner.run([t for _, t in walks])
+            for d, t in walks:
+                o = done[t.key]
+                if o.status == DONE and isinstance(o.value, dict):
+                    d.walk = o.value
+                else:
+                    # It never came back: the mount it was looking in is the one that
+                    # does not answer.
+                    d.walk = {"mnt_id": waits.hung_at(o.step), "end": o.status}
+        for d in results:
             self._locate(ctx, d)
         return results
 
     def _syscall(self, d: Stuck, pid: int, tid: int) -> list[int]:
         call = syscall_of(pid, tid, self.proc)
         d.syscall, d.syscall_nr = call.name, call.nr
+        d.fds, d.dirfd = call.fds, call.dirfd
         if call.fd is not None:
             d.fd, d.file = call.fd, call.file
         return call.addrs
 
     def _locate(self, ctx: Context, d: Stuck) -> None:
-        """Mount and filesystem type of the file, and the cause category."""
-        target = d.file if d.file.startswith("/") else (procfs.readlink(f"{self.proc}/{d.sample.pid}/cwd") or "")
-        if target:
-            text = procfs.text(f"{self.proc}/{d.sample.pid}/mountinfo")
-            table = MountTable(parse_mountinfo(text)) if text else ctx.mounts
-            m = table.holding(target.split(" (deleted)")[0])
-            if m is not None:
-                d.mountpoint, d.fstype = m.mountpoint, m.fstype
-                network = m.is_network
-                d.mount_owner = self._mount_owner(ctx, d, table, m)
-            else:
-                network = False
-        else:
-            network = False
-        symbols = " ".join([d.wchan] + d.stack).lower()
-        if d.mount_owner is not None:
-            d.cause = "user_mount"
-        elif any(s in symbols for s in GPU_SYMBOLS):
-            d.cause = "gpu_driver"
-        elif network or any(s in symbols for s in FS_SYMBOLS):
-            d.cause = "shared_filesystem"
-
-    def _mount_owner(self, ctx: Context, d: Stuck, table: MountTable, m) -> int | None:
-        """The uid of the user whose own FUSE mount this is, None for the node's mounts.
-
-        fusermount3 records the mounting user as user_id. A user who mounts FUSE in a
-        user namespace of their own appears as uid 0 there, so a FUSE mount seen only in
-        another mount namespace than ours, and not ours too, is the task's user's.
-        """
-        owner = table.user_owner(m)
-        if owner is not None:
-            return owner
-        if not m.is_fuse:
-            return None
-        mine = procfs.readlink(f"{self.proc}/self/ns/mnt")
-        theirs = procfs.readlink(f"{self.proc}/{d.sample.pid}/ns/mnt")
-        if mine and theirs and mine != theirs:
-            host = ctx.mounts.at(m.mountpoint)
-            if host is None or not host.is_fuse or host.user_fuse or host.source != m.source:
-                return d.sample.uid
-        return None
+        """Whose the place is that the task waits on, from the kernel's ids alone (waits.py)."""
+        pid = d.sample.pid
+        data, cut = procfs.read_whole(f"{self.proc}/{pid}/mountinfo", procfs.MOUNTINFO_MAX)
+        table = MountTable(parse_mountinfo(data.decode("utf-8", "surrogateescape"))) if data else MountTable([])
+        candidates: list[tuple] = []
+        for fd in d.fds:
+            mid = procfs.mnt_id(pid, fd, self.proc)
+            candidates.append((table.by_id(mid) if mid is not None else None, f"fd {fd}: mnt_id {mid}"))
+        if d.walk:
+            mid = d.walk.get("mnt_id")
+            how = f"path resolved from the task's root: {d.walk.get('end')}, mnt_id {mid}"
+            candidates.append((table.by_id(mid) if isinstance(mid, int) else None, how))
+        elif d.syscall == "page fault" and d.devs:
+            fams = waits.families([d.wchan] + d.stack)
+            for m in table:
+                if m.dev in d.devs and (m.is_fuse if "fuse" in fams else (m.is_network or m.is_fuse)):
+                    candidates.append((m, f"a file mapping on device {m.dev}"))
+        place = waits.attribute([d.wchan] + d.stack, candidates, table, ctx.mounts, d.sample.uid)
+        if cut:
+            place.how.append(f"its mountinfo is over {procfs.MOUNTINFO_MAX >> 20} MiB: read in part")
+        d.cause, d.how = place.cause, place.how
+        if place.mount is not None:
+            d.mountpoint, d.fstype = place.mount.mountpoint, place.mount.fstype
+        if place.cause == "user_mount":
+            d.mount_owner = place.owner_uid
 
     def finding(self, ctx: Context, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
@@ -541,7 +554,10 @@ class StuckTasksCheck:
         own = d.mount_owner is not None
         mine = own and d.mount_owner == s.uid
         if own:
-            where += f" (a FUSE mount of uid {d.mount_owner}" + (", the task's own user)" if mine else ")")
+            kind = "FUSE mount" if d.fstype.startswith("fuse") else "mount"
+            where += f" (a {kind} of uid {d.mount_owner}" + (", the task's own user)" if mine else ")")
+        elif d.cause not in waits.NODE_CAUSES:
+            where += f" (not the node's: {CAUSE_LABEL[d.cause]})"
         summary = f"{who}pid {s.pid}{threads} {held} in {call}{where}"
         # The node reason must be stable across runs (no duration) and short.
         short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
@@ -556,7 +572,7 @@ class StuckTasksCheck:
             "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
             "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
-            "mount_owner": d.mount_owner,
+            "mount_owner": d.mount_owner, "attribution": d.how,
         }
         detail = (f"cause: {CAUSE_LABEL[d.cause]}; comm {s.comm}; wchan {d.wchan or '?'}; "
                   f"stack {' < '.join(d.stack[:4]) or 'unreadable'}"
@@ -572,6 +588,17 @@ class StuckTasksCheck:
                            severity=WARN, summary=summary, detail=detail, evidence=evidence,
                            job=ref.job if ref else None, incident=incident, reason=reason,
                            job_action=action if ref else "")
+        if d.cause not in waits.NODE_CAUSES:
+            # Nothing proves the node's storage, device or driver holds it (a vfork
+            # parent, a ptrace stop, a pipe, a lock, a mount no id shows to be the node's):
+            # the job's problem, told to the job. Never a drain, a reboot or a share of
+            # the drain-storm breaker.
+            if ref is None and ctx.config.stuck_tasks.non_job_tasks == "ignore":
+                return None
+            return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck_not_node",
+                           severity=WARN, summary=summary, detail=detail, evidence=evidence,
+                           job=ref.job if ref else None, incident=incident, reason=reason,
+                           job_action=ctx.config.stuck_tasks.not_node if ref else "")
         if ref is None:
             mode = ctx.config.stuck_tasks.non_job_tasks
             if mode == "ignore":
