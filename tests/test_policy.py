@@ -39,17 +39,67 @@ def test_stuck_job_drains_comments_and_requeues_then_reboots_next_time():
     assert first[0].reason == ("slurm-hooks: job 12 pid 345 stuck in write() on /gpfs/log (gpfs); "
                                "fs /gpfs write hung >10s (nfs4)")
     assert first[1].text.startswith("slurm-hooks: node n1: job 12 rank 0 pid 345 stuck 612s")
-    # Next run: the requeue is in the ledger and the task is still there.
-    ledger = {k: {"done": 1.0, "seen": 1.0} for k in first[2].keys}
-    second = decide([f], "n1", "slurm-hooks:", ActionsConfig(), ledger)
+    # A later run: the requeue ended the job long enough ago and the task is still there.
+    ledger = {k: {"done": 1.0, "seen": 1.0, "ended": True} for k in first[2].keys}
+    second = decide([f], "n1", "slurm-hooks:", ActionsConfig(), ledger, kill_grace=60, now=100.0)
     assert kinds(second) == [("drain", None), ("comment", "12"), ("requeue", "12"), ("reboot", None)]
+    assert second[-1].after_job is None
+
+
+def test_a_reboot_waits_for_the_job_to_be_really_ended_and_the_task_to_outlive_it():
+    f = stuck("12", 345)
+    key = "requeue:12:n1:345:100"
+    reboots = lambda ledger, now: [a for a in decide([f], "n1", "p:", ActionsConfig(), ledger,  # noqa: E731
+                                                      kill_grace=60, now=now) if a.kind == "reboot"]
+    assert reboots({}, 100.0) == []                                  # not requeued yet
+    # Requeued 30 s ago: the task has not outlived the job's end by its grace yet.
+    assert reboots({key: {"done": 70.0, "seen": 70.0, "ended": True}}, 100.0) == []
+    [r] = reboots({key: {"done": 30.0, "seen": 30.0, "ended": True}}, 100.0)
+    assert r.after_job is None
+    # The requeue was skipped (--no-requeue, an srun job): that ended nothing. The reboot
+    # is asked only once Slurm says the job no longer runs here (actions._reboot).
+    [r] = reboots({key: {"done": 30.0, "seen": 30.0, "ended": False}}, 100.0)
+    assert r.after_job == "12"
+    # A ledger of an older version, without the word: not known to have ended anything.
+    [r] = reboots({key: {"done": 30.0, "seen": 30.0}}, 100.0)
+    assert r.after_job == "12"
+
+
+def test_a_reboot_for_a_running_job_is_not_asked_and_not_remembered():
+    from slurm_hooks.actions import execute
+    from slurm_hooks.outcomes import Code
+
+    class Slurm:
+        name = "fake"
+        asked: list = []
+
+        def show_job(self, job):
+            return {"JobId": job, "JobState": self.state, "NodeList": "n[1-2]", "UserId": "u(1000)"}
+
+        def node_state(self, node):
+            return {"NodeName": node, "State": "IDLE+DRAIN", "Reason": "p: job 12 pid 345 stuck"}
+
+        def reboot(self, node, reason):
+            self.asked.append(node)
+
+    slurm = Slurm()
+    slurm.state = "RUNNING"
+    action = Action("reboot", node="n1", reason="p: job 12 pid 345 stuck", incident="n1:345:100", after_job="12")
+    ledger: dict = {}
+    [r] = execute([action], slurm, "p:", False, ledger)
+    assert (r.outcome, r.code) == ("skipped", Code.JOB_RUNNING) and ledger == {} and slurm.asked == []
+    slurm.state = "CANCELLED"
+    [r] = execute([action], slurm, "p:", False, ledger)
+    assert r.outcome == "done" and slurm.asked == ["n1"] and list(ledger) == action.keys
 
 
 def test_switches():
     off = ActionsConfig(drain=False, comment_job=False, requeue_job=False, reboot=False)
     assert decide([stuck("1", 2)], "n1", "p:", off) == []
     no_requeue = ActionsConfig(requeue_job=False)
-    assert kinds(decide([stuck("1", 2)], "n1", "p:", no_requeue)) == [("drain", None), ("comment", "1"), ("reboot", None)]
+    acts = decide([stuck("1", 2)], "n1", "p:", no_requeue)
+    assert kinds(acts) == [("drain", None), ("comment", "1"), ("reboot", None)]
+    assert acts[-1].after_job == "1"          # nothing of ours ends the job: Slurm must say it ended
 
 
 def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
