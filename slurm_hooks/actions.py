@@ -36,7 +36,6 @@ from .slurm import (
     node_flags,
     node_is_drained,
     reason_is_current,
-    strip_reason_stamp,
 )
 
 DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = (Outcome.DONE, Outcome.DRY_RUN, Outcome.SKIPPED, Outcome.FAILED,
@@ -110,7 +109,7 @@ def _node(action: Action, slurm: SlurmBackend):
     if info is None:
         return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm",
                                   code=Code.UNKNOWN_NODE)
-    return info, strip_reason_stamp(info.get("Reason", ""))
+    return info, info.get("Reason", "")      # node_state gives it without the stamp
 
 
 def _state(info: dict) -> str:

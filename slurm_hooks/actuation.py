@@ -56,7 +56,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     from .outcomes import Code, Outcome
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
-    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger)
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
     if hook == "prolog":
         return _prolog_actions(actions, state, dry_run, report_only)
     for a in actions:
@@ -138,14 +138,16 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     from .actions import rebooted_by_us
     from .model import Action
     from .reason import is_generic
-    from .slurm import REBOOT_STATES, SlurmError, node_flags, strip_reason_stamp
+    from .slurm import REBOOT_STATES, SlurmError, node_flags
     try:
         info = slurm.node_state(node)
     except SlurmError:
         return None, reboot
     if info is None:
         return None, reboot
-    reason = strip_reason_stamp(info.get("Reason", ""))
+    # node_state gives the reason without its stamp: stripping again could cut a
+    # user's file name at its end that reads like one.
+    reason = info.get("Reason", "")
     # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
     generic = GENERIC_FOR["healthcheck"] if reboot else ""
     if not rebooted_by_us(info, reason, prefix, generic):

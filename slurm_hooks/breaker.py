@@ -38,9 +38,7 @@ import re
 import time
 
 from .records import dataclass, field
-from .slurm import foreign_states, node_is_drained, reason_is_current, strip_reason_stamp
-
-_STAMP = re.compile(r"\[[^\]@]*@([^\]]*)\]\s*$")
+from .slurm import foreign_states, node_is_drained, reason_is_current, stamp_time, strip_reason_stamp
 
 
 @dataclass
@@ -62,8 +60,7 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
         if (node_is_drained(info) or foreign_states(info)) and reason_is_current(info) \
                 and reason.startswith(prefix):
             view.ours[info["NodeName"]] = reason[len(prefix):].strip()
-            m = _STAMP.search(raw)
-            view.stamps[info["NodeName"]] = m.group(1) if m else ""
+            view.stamps[info["NodeName"]] = stamp_time(raw)
     return view
 
 

@@ -52,6 +52,28 @@ def setting(default=MISSING, kind="str", doc="", **rules):
 
 
 @dataclass
+class RecoverConfig:
+    method: str = setting("none", kind="enum", choices=("none", "fuse-abort", "nfs-force-unmount", "command"),
+                          doc="How to free tasks stuck on this mount without a reboot, once it is proven "
+                          "hung and its job was ended: `fuse-abort` (write 1 to the FUSE connection's "
+                          "fusectl `abort`: every pending request fails, its callers wake), "
+                          "`nfs-force-unmount` (`umount -f`: pending RPCs of a hard mount fail with "
+                          "EIO), `command` (the site's own, `recover.command`), `none`: reboot as before.")
+    command: list = setting([], kind="strlist",
+                            doc="method `command`: argv, absolute program path; `{mountpoint}` and "
+                            "`{source}` are replaced. Run in a child with a deadline (filesystem "
+                            "timeout), never through a shell.")
+    remount: list = setting([], kind="strlist",
+                            doc="argv that brings the mount back after the dead one is detached "
+                            "(`umount -l`), placeholders as for command. Empty: nothing is run "
+                            "(autofs or a systemd mount unit brings it back).")
+    wait: float = setting(10.0, kind="seconds",
+                          doc="How long the stuck tasks and probes on the mount get to go after the "
+                          "recovery, polled, within the run's action deadline. Tasks still there: "
+                          "the reboot, saying recovery was tried.")
+
+
+@dataclass
 class FilesystemConfig:
     path: str = setting(kind="path", doc="Directory to probe. The write probe creates, writes, "
                         "fsyncs, reads back and removes a small file in it.")
@@ -75,6 +97,9 @@ class FilesystemConfig:
                                         "Default: filesystem_defaults.payload_bytes.")
     required: bool = setting(True, kind="bool",
                              doc="A failure drains the node (true) or is only reported (false).")
+    recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
+                                     doc="Recovery without a reboot (opt-in): README, \"Recovery "
+                                     "without a reboot\".")
 
 
 @dataclass
@@ -201,6 +226,77 @@ class GpuConfig:
 
 
 @dataclass
+class HostConfig:
+    sysfs: str = setting("/sys", kind="path",
+                         doc="Where sysfs is mounted. The fabric check reads class/infiniband and "
+                         "class/net below it; a test or a replay points it at a tree laid out the same way.")
+
+
+# The error counters of an InfiniBand port (Documentation/ABI/stable/sysfs-class-infiniband)
+# and how much growth within fabric.error_window warns: the thresholds of
+# infiniband-diags' ibqueryerrors (10 for the physical-layer counters, 100 for the rest).
+FABRIC_ERROR_WARN = {
+    "symbol_error": 10, "link_error_recovery": 10, "port_rcv_errors": 10,
+    "local_link_integrity_errors": 10, "excessive_buffer_overrun_errors": 10,
+    "port_rcv_remote_physical_errors": 100, "port_rcv_switch_relay_errors": 100,
+    "port_xmit_discards": 100, "port_xmit_constraint_errors": 100,
+    "port_rcv_constraint_errors": 100, "VL15_dropped": 100,
+}
+
+
+@dataclass
+class FabricConfig:
+    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
+                           doc="auto: check the RDMA ports when sysfs has class/infiniband, else "
+                           "not applicable. true: this node must have RDMA ports. false: never.")
+    ports: list = setting([], kind="strlist",
+                          doc="Ports that must be up, as DEVICE/PORT (mlx5_0/1); set per node "
+                          "group. Empty: every port seen ACTIVE since the node booted.")
+    rate: float | None = setting(None, kind="number", min=0, nullable=True,
+                                 doc="Expected rate of every expected port, Gb/s (400 for 4X NDR). "
+                                 "null: the highest rate the port had since boot.")
+    slow_rate: str = setting("warn", kind="enum", choices=("warn", "fail"),
+                             doc="A port up below its expected rate: a warning, or a resumable drain.")
+    timeout: float = setting(5.0, kind="seconds",
+                             doc="Deadline of the child that reads the ports (a wedged HCA driver "
+                             "blocks sysfs reads).")
+    flap_strikes: int = setting(3, kind="int", min=1, max=255,
+                                doc="Link downs (growth of link_downed) within flap_window that make "
+                                "a port flapping: a resumable drain.")
+    flap_window: float = setting(3600.0, kind="seconds",
+                                 doc="Window, seconds, in which flap_strikes link downs count.")
+    flap_recovery: float = setting(1800.0, kind="seconds",
+                                   doc="A flapping port is healed after this long without a new link "
+                                   "down: its strikes are forgotten and the node is resumed after "
+                                   "policy.resume_after passing runs.")
+    error_window: float = setting(3600.0, kind="seconds",
+                                  doc="Window, seconds, over which error-counter growth is measured.")
+    error_warn: dict = setting(dict(FABRIC_ERROR_WARN), kind="map", key_kind="str",
+                               value={"kind": "int", "min": 1},
+                               doc="Growth of an error counter within error_window that warns, per "
+                               "counter: {symbol_error: 10}. Counters not named keep their default; "
+                               "defaults: README, section fabric check.")
+
+
+@dataclass
+class SiteChecksConfig:
+    enabled: bool = setting(True, kind="bool", doc="Run the drop-in executables of `dir`.")
+    dir: str = setting("/etc/slurm-hooks/checks.d", kind="path",
+                       doc="Directory of site checks: executables named as run-parts accepts "
+                       "(letters, digits, _ and -), run with Nagios exit codes. A file or "
+                       "directory writable by anyone but root is refused, never run.")
+    timeout: float = setting(10.0, kind="seconds", max=55,
+                             doc="Deadline of each site check (one may declare a shorter one); "
+                             "killed, and remembered if stuck, past it.")
+    on_hang: str = setting("fail", kind="enum", choices=("fail", "warn"),
+                           doc="A site check that does not end by its deadline: a resumable drain "
+                           "(fail) or a warning.")
+    entry_points: bool = setting(True, kind="bool",
+                                 doc="Also run Python checks other packages register in the entry-point "
+                                 "group slurm_hooks.checks.")
+
+
+@dataclass
 class HookConfig:
     enabled: bool = setting(True, kind="bool", doc="Run the checks in this hook.")
     fs_timeout: float = setting(3.0, kind="seconds",
@@ -263,8 +359,10 @@ class DiagnoseConfig:
                          "says there are no Python stacks and why.")
     collector: list = setting([], kind="strlist",
                               doc="Command that runs `job-report` on the nodes, as a list "
-                              "(`[/opt/slurm-hooks/bin/slurm-hooks]`). Default: this Python with "
-                              "`-m slurm_hooks`, the same installation path on every node.")
+                              "(`[/opt/slurm-hooks/bin/slurm-hooks]`). Default: this Python, isolated "
+                              "(`-I`: no PYTHON* variables, no user site, not the caller's "
+                              "directory), with this installation's package by its absolute path, "
+                              "the same on every node.")
     on_requeue: bool = setting(True, kind="bool",
                                doc="Before the health check requeues a job for a stuck task, take "
                                "the job-wide picture and record its summary with the diagnosis.")
@@ -376,6 +474,12 @@ class Config:
     diagnose: DiagnoseConfig = setting(kind="section", cls=DiagnoseConfig,
                                        doc="`slurm-hooks diagnose` and the job-wide picture taken "
                                        "before a requeue.")
+    host: HostConfig = setting(kind="section", cls=HostConfig, doc="Where the host's kernel interfaces are.")
+    fabric: FabricConfig = setting(kind="section", cls=FabricConfig,
+                                   doc="InfiniBand and RoCE ports (the fabric check).")
+    site_checks: SiteChecksConfig = setting(kind="section", cls=SiteChecksConfig,
+                                            doc="The site's own checks: drop-in executables and "
+                                            "Python entry points.")
     beside: BesideConfig = setting(kind="section", cls=BesideConfig,
                                    doc="Another health check (NHC) run beside slurm-hooks.")
     node_groups: list = setting([], kind="groups",
@@ -805,10 +909,38 @@ class _Validator:
             self.fail(_child(node, "command"), f"{prefix}.command",
                       f"the program must be an absolute path (HealthCheckProgram has no PATH), got {b.command[0]!r}")
 
+    def check_FabricConfig(self, fab: FabricConfig, node, prefix: str) -> None:
+        for i, port in enumerate(fab.ports):
+            dev, _, num = port.partition("/")
+            if not dev or "/" in num or not num.isdigit() or dev in (".", ".."):
+                self.fail(_item(_child_value(node, "ports"), i), f"{prefix}.ports[{i}]",
+                          f"must be DEVICE/PORT as in /sys/class/infiniband (mlx5_0/1), got {port!r}")
+        for name in fab.error_warn:
+            if name not in FABRIC_ERROR_WARN:
+                self.fail(_child(_child_value(node, "error_warn"), name), f"{prefix}.error_warn.{name}",
+                          f"not an error counter; known: {', '.join(sorted(FABRIC_ERROR_WARN))}")
+        # Counters not named keep their default threshold.
+        fab.error_warn = {**FABRIC_ERROR_WARN, **fab.error_warn}
+
     def check_FilesystemConfig(self, fs: FilesystemConfig, node, prefix: str) -> None:
         if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:
             self.fail(_child(node, "warn_after"), f"{prefix}.warn_after",
                       f"must be below timeout ({fs.timeout:g}s), got {fs.warn_after:g}")
+        r = fs.recover
+        where = _child(_child_value(node, "recover"), "method")
+        if r.method == "command" and not r.command:
+            self.fail(where, f"{prefix}.recover.command", "method command needs the command (an argv list)")
+        for key, argv in (("command", r.command), ("remount", r.remount)):
+            if argv and not argv[0].startswith("/"):
+                self.fail(_child(_child_value(node, "recover"), key), f"{prefix}.recover.{key}",
+                          f"the program must be an absolute path (HealthCheckProgram has no PATH), got {argv[0]!r}")
+        if r.method in ("fuse-abort", "nfs-force-unmount"):
+            kind = _mount_kind(fs)
+            want = "fuse" if r.method == "fuse-abort" else "nfs"
+            if kind is not None and not kind.startswith(want):
+                self.fail(where, f"{prefix}.recover.method",
+                          f"{r.method} needs a{' FUSE' if want == 'fuse' else 'n NFS'} mount, but {fs.path} "
+                          f"is on {kind}")
 
 
 def _child(node, key):
@@ -816,6 +948,42 @@ def _child(node, key):
         if getattr(k, "value", None) == key:
             return k
     return node
+
+
+def _child_value(node, key):
+    """The value node of `key` in a mapping node (the mapping itself when absent)."""
+    for k, v in getattr(node, "value", ()):
+        if getattr(k, "value", None) == key:
+            return v
+    return node
+
+
+def _mount_kind(fs: FilesystemConfig) -> str | None:
+    """The filesystem type a probed path is on: its `fstype` setting, else the mount found
+    right at its mountpoint (or the path) now, in mountinfo (nothing is touched). None
+    where unknown: a mount that is down at load must not make the file unloadable; the
+    recovery looks again before it acts."""
+    if fs.fstype:
+        return fs.fstype
+    from .mounts import MountTable
+    try:
+        table = MountTable.current()
+    except OSError:
+        return None
+    m = table.at(fs.mountpoint or fs.path)
+    return m.fstype if m is not None else None
+
+
+def _child_value(node, key):
+    for k, v in getattr(node, "value", ()):
+        if getattr(k, "value", None) == key:
+            return v
+    return node
+
+
+def _item(node, i):
+    items = getattr(node, "value", None)
+    return items[i] if isinstance(items, list) and i < len(items) and hasattr(items[i], "start_mark") else node
 
 
 def _constructible(cls) -> bool:

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from .reason import duration, one_line, printable, shorten_path
+from .reason import duration, one_line, printable, printable_tree, shorten_path
 from .records import asdict, dataclass, field
 
 BUSY_CPU = 50.0             # percent of one CPU over the sample: busy, not waiting
@@ -101,25 +101,46 @@ class DiagnoseError(Exception):
 def srun_argv(srun: str, job: str, nodes: list[str], collector: list[str], timeout: float,
               sample: float, stacks: bool) -> list[str]:
     n = str(len(nodes))
+    # --chdir=/: a step starts in the caller's directory on every node otherwise, which
+    # may be a hung home directory, or one holding what somebody planted there.
     return [srun, f"--jobid={job}", "--overlap", f"--nodes={n}", f"--ntasks={n}",
-            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--label", "--quiet",
+            "--ntasks-per-node=1", f"--nodelist={','.join(nodes)}", "--chdir=/", "--label", "--quiet",
             "--kill-on-bad-exit=0", "--job-name=slurm-hooks-diagnose", "--time=2",
             *collector, "job-report", job, "--json", f"--sample={sample:g}",
             f"--deadline={max(1.0, timeout - COLLECTOR_MARGIN):g}",
             *([] if stacks else ["--no-stacks"])]
 
 
+# The collector's program: this installation's package, from the absolute directory
+# it was loaded from, then the command line that follows `-c`.
+_BOOTSTRAP = "import sys; sys.path.insert(0, {lib!r}); from slurm_hooks.cli import main; sys.exit(main())"
+
+
+def library_dir() -> str:
+    """The absolute directory holding the slurm_hooks package this process runs."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def default_collector() -> list[str]:
     """This very installation, run on the nodes: a site installs slurm-hooks at the same
-    path everywhere (a package, or a shared prefix)."""
-    return [sys.executable, "-m", "slurm_hooks"]
+    path everywhere (a package, or a shared prefix).
+
+    Isolated (`-I`): `python -m slurm_hooks` would put the working directory first on
+    sys.path and read PYTHONPATH and the user's site directory, so a `slurm_hooks/`
+    planted in the caller's directory, in /tmp or on PYTHONPATH would run as the caller
+    (root) on every node of the job. The package is named by its absolute path instead."""
+    return [sys.executable, "-I", "-c", _BOOTSTRAP.format(lib=library_dir())]
 
 
 def step_env(slurm) -> dict:
     """The caller's environment without the variables of a job it may itself run in
-    (srun would read SLURM_JOB_ID and friends as options), with Slurm's own settings."""
+    (srun would read SLURM_JOB_ID and friends as options) and without Python's, with
+    Slurm's own settings."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k.startswith("SLURM_HOOKS_")}
+    # Nor anything that tells Python what to import or run (PYTHONPATH, PYTHONSTARTUP,
+    # PYTHONHOME...): srun hands the environment to the collector on every node.
+    env = {k: v for k, v in env.items() if not k.startswith("PYTHON")}
     env.update(slurm.env)
     env["PATH"] = slurm.env["PATH"]
     return env
@@ -167,7 +188,11 @@ def parse_labelled(stdout: str, nodes: list[str]) -> tuple[list[dict], set[str]]
             continue
         if isinstance(doc, dict) and doc.get("node") in nodes and doc["node"] not in seen:
             seen.add(doc["node"])
-            reports.append(doc)
+            # What a node sends is read like any user text: a collector there may be
+            # another version, or run where the job's user has a say, and its strings
+            # (names, command lines, paths, fstypes, frames, errors) reach the text, the
+            # JSON, the journal and the AdminComment from here.
+            reports.append(printable_tree(doc))
     return reports, seen
 
 
@@ -403,7 +428,10 @@ def render(d: Diagnosis) -> str:
 
 
 def render_node(report: dict) -> str:
-    """job-report's text output: the node's ranks, one block each."""
+    """job-report's text output: the node's ranks, one block each. Every string is
+    made printable once more here, at the edge: a field the collector forgot must not
+    bring a user's escape onto the admin's terminal."""
+    report = printable_tree(report)
     d = aggregate(report.get("job", "?"), [report.get("node", "?")], [report], {})
     return render(d)
 

@@ -101,7 +101,7 @@ def run_locked(cfg: Config, hook: str, lock_timeout: float, **kw) -> RunRecord:
 
 def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = False,
         dry_run: bool = False, job=None, fs_timeout: float | None = None) -> RunRecord:
-    from .runner import Runner, reap_finished
+    from .runner import PYSPY_STATE, Runner, reap_finished
     from .state import StateStore
 
     started = time.time()
@@ -114,7 +114,9 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     # this run left behind, and forgetting it would start a second stuck probe.
     state = StateStore(directory, staged=True)
     children = StateStore(directory)
-    ctx = Context(cfg, node, state, Runner(children), hook=hook, job=job, fs_timeout=fs_timeout)
+    # job-report's py-spy children stuck in the kernel are ours too: never a job's stuck task.
+    ctx = Context(cfg, node, state, Runner(children, others=(PYSPY_STATE,)), hook=hook, job=job,
+                  fs_timeout=fs_timeout)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
                        job=job.id if job else None)
     beside = None

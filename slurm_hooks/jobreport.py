@@ -14,7 +14,10 @@ links: procfs.py) and leaves everything else to children with deadlines (runner.
 - the GPUs and the processes on them: NVML, only ever in a child (nvml.py);
 - Python stacks of every thread: `py-spy dump --nonblocking`, an optional program run
   with a deadline. --nonblocking reads the target's memory without stopping it, so the
-  job is never paused or slowed by being looked at.
+  job is never paused or slowed by being looked at. py-spy also reads the target's
+  binary and maps, and blocks in the kernel with it when these lie on a stalled mount:
+  one that stays stuck after its kill is remembered in the node's state (`stuck-pyspy`,
+  keyed by the target's pid and start) and no py-spy is started again for that process.
 
 Tasks are the job's processes found through their cgroup (jobs.py), so any launcher
 counts (srun, mpirun, torchrun). The job's extern step (Slurm's own sleep) and the
@@ -41,7 +44,11 @@ from .jobs import JobRef, of_pid
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable
 from .records import asdict, dataclass, field
-from .runner import DONE, Runner, Task, run_command
+from .runner import DONE, PYSPY_STATE, Runner, Task
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .state import StateStore
 
 MAX_TASKS = 256              # processes of one job on one node that are looked at in detail
 INSPECT_MAX = 64            # children reading environments at once
@@ -191,7 +198,8 @@ def _place(t: ThreadInfo, pid: int, path: str, proc: str, tables: dict) -> None:
         table = tables[pid] = MountTable(parse_mountinfo(text)) if text else MountTable([])
     m = table.holding(path.split(" (deleted)")[0])
     if m is not None:
-        t.fstype, t.mountpoint = m.fstype, printable(m.mountpoint)
+        # A user's FUSE mount names its own type (`fuse.SUBTYPE`), escapes and all.
+        t.fstype, t.mountpoint = printable(m.fstype), printable(m.mountpoint)
 
 
 def _thread(pid: int, tid: int, proc: str, tables: dict) -> tuple[ThreadInfo | None, list[int]]:
@@ -218,10 +226,19 @@ def _is_python(pid: int, comm: str, proc: str) -> bool:
     return exe.startswith("python") or comm.startswith("python")
 
 
-def _pyspy(pyspy: str, pid: int, timeout: float) -> tuple[dict[int, tuple[str, list[str]]], str]:
-    """tid -> (thread name, frames innermost first), and "ok" or why not."""
-    r = run_command([pyspy, "dump", "--nonblocking", "--json", "--pid", str(pid)], timeout,
-                    {"PATH": "/usr/bin:/bin", "LANG": "C"})
+def _pyspy(pyspy: str, pid: int, start: int, timeout: float,
+           runner: Runner) -> tuple[dict[int, tuple[str, list[str]]], str]:
+    """tid -> (thread name, frames innermost first), and "ok" or why not. `start`: the
+    target's start time, so that a stuck py-spy is remembered for this very process."""
+    r = runner.command(f"jobreport:pyspy:{pid}:{start}",
+                       [pyspy, "dump", "--nonblocking", "--json", "--pid", str(pid)], timeout,
+                       {"PATH": "/usr/bin:/bin", "LANG": "C"})
+    if r.not_started:
+        since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(r.since))
+        return {}, f"py-spy for pid {pid} is still stuck since {since} (py-spy pid {r.pid}): not started again"
+    if r.stuck:
+        return {}, (f"py-spy for pid {pid} gave no answer within {timeout:g}s and is stuck in the kernel "
+                    f"(py-spy pid {r.pid}): not started again for this process")
     if not r.ok:
         return {}, printable(f"py-spy: {r.message()}")[:200]
     try:
@@ -244,9 +261,10 @@ def _pyspy(pyspy: str, pid: int, timeout: float) -> tuple[dict[int, tuple[str, l
 
 def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             deadline: float = 15.0, proc: str = procfs.PROC, pyspy_setting: str = "auto",
-            sightings: dict | None = None) -> NodeReport:
+            sightings: dict | None = None, state: StateStore | None = None) -> NodeReport:
     """`sightings`: the health check's stuck-task state here (key -> first_seen), for
-    how long a D thread has been blocked where the scheduler's clock is not readable."""
+    how long a D thread has been blocked where the scheduler's clock is not readable.
+    `state`: the node's state, where py-spy children stuck in the kernel are kept."""
     started = time.monotonic()
     report = NodeReport(node=node, job=job)
     found = job_tasks(job, node, proc)
@@ -306,6 +324,7 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     report.pyspy = pyspy or ""
     if stacks and pyspy is None:
         report.notes.append(why)
+    stacks_runner = Runner(state, name=PYSPY_STATE)
     for pid, info in infos.items():
         if not stacks:
             info.stacks = "not asked for"
@@ -318,7 +337,11 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             if left <= 0.2:
                 info.stacks = "no time left for stacks"
                 continue
-            got, info.stacks = _pyspy(pyspy, pid, min(PYSPY_TIMEOUT, left))
+            target = procfs.sample(pid, pid, proc)
+            if target is None:
+                info.stacks = "gone"
+                continue
+            got, info.stacks = _pyspy(pyspy, pid, target.start, min(PYSPY_TIMEOUT, left), stacks_runner)
             for t in info.threads:
                 if t.tid in got:
                     t.name, t.frames = got[t.tid]
@@ -345,7 +368,8 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             info.cpu_percent = cpu.value["cpu"].get(str(pid))
             info.rss_mib = cpu.value["rss_mib"].get(str(pid))
     else:
-        report.notes.append(f"CPU sample: {cpu.status}: {cpu.error}")
+        # psutil's errors name the process (`name='...'`): the user's words.
+        report.notes.append(printable(f"CPU sample: {cpu.status}: {cpu.error}"))
     _gpus(report, infos, outcomes["jobreport:nvml"])
     report.tasks = sorted(infos.values(), key=lambda t: t.pid)
     report.elapsed = round(time.monotonic() - started, 3)
@@ -414,12 +438,12 @@ def _tids(pid: int, proc: str) -> list[int]:
 
 def _gpus(report: NodeReport, infos: dict[int, TaskInfo], o) -> None:
     if o.status != DONE:
-        report.notes.append(f"NVML: {o.status} ({o.error}); GPUs unknown")
+        report.notes.append(printable(f"NVML: {o.status} ({o.error}); GPUs unknown"))
         return
     v = o.value
     if v.get("init_error"):
         if v["init_error"] not in ("LIBRARY_NOT_FOUND", "DRIVER_NOT_LOADED"):
-            report.notes.append(f"NVML: {v['init_error']}")
+            report.notes.append(printable(f"NVML: {v['init_error']}"))
         return
     for g in v.get("gpus", []):
         entry = {"index": g.get("index"), "uuid": g.get("uuid"), "status": g.get("status"),
@@ -465,9 +489,15 @@ def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: 
     if not job.isdigit():
         print(f"slurm-hooks job-report: {printable(job)!r} is not a job id (a number)", file=sys.stderr)
         return 2
+    from .engine import state_dir
+    from .state import StateStore
     node = node or node_name(cfg)
+    state = StateStore(state_dir(cfg, node))
     report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline,
-                     pyspy_setting=cfg.diagnose.pyspy, sightings=_sightings(cfg, node))
+                     pyspy_setting=cfg.diagnose.pyspy, sightings=_sightings(cfg, node), state=state)
+    # Run as the job's owner, it may not write the node's state: then a stuck py-spy is
+    # not remembered, and the report says so.
+    report.notes.extend(printable(e) for e in state.errors)
     if as_json:
         # One line: diagnose reads one JSON document per node from srun's labelled output.
         print(json.dumps(report.to_json(), separators=(",", ":"), ensure_ascii=True))

@@ -88,6 +88,22 @@ class CheckRun:
 
 
 @dataclass
+class Recovery:
+    """What a `recover` action frees, and how (recovery.py): a mount proven hung."""
+    mountpoint: str
+    dev: str = ""              # the mount's major:minor: fusectl names a FUSE connection by its minor
+    method: str = ""           # fuse-abort, nfs-force-unmount, command
+    command: list = field(default_factory=list)
+    remount: list = field(default_factory=list)
+    wait: float = 10.0
+    timeout: float = 10.0      # each step's deadline
+    probe: str = ""            # the configured path whose probe must pass afterwards
+    probe_mode: str = "write"
+    tasks: list = field(default_factory=list)   # [pid, start ticks] stuck on the mount
+    jobs: list = field(default_factory=list)    # their jobs, told what became of it
+
+
+@dataclass
 class Action:
     kind: str                  # drain, resume, reboot, down (a node); comment, requeue (a job)
     node: str = ""
@@ -101,6 +117,7 @@ class Action:
     uid: int | None = None     # job actions: the uid of the diagnosed task; Slurm must agree
     job_only: bool = False     # about the job alone (its own mount): no drain-storm budget
     after_job: str | None = None  # reboot: only once Slurm says this job no longer runs here
+    recovery: Recovery | None = None  # recover: the mount, its method and what it must free
 
     @property
     def keys(self) -> list[str]:
@@ -113,6 +130,8 @@ class Action:
         if self.kind in ("drain", "resume", "reboot", "down"):
             tail = f": {self.reason}" if self.reason else ""
             return f"{self.kind} node {self.node}{tail}"
+        if self.kind == "recover" and self.recovery is not None:
+            return f"recover {self.recovery.mountpoint} on node {self.node} ({self.recovery.method})"
         if self.kind == "comment":
             return f"record on job {self.job}: {self.text}"
         return f"{self.kind} job {self.job}"

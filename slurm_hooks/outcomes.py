@@ -60,6 +60,8 @@ class Code(str, Enum):
     CANCELLED_INSTEAD = "cancelled_instead"  # cannot be requeued: cancelled (fallback)
     NO_REBOOT_PROGRAM = "no_reboot_program"
     JOB_RUNNING = "job_running"            # reboot: nothing has ended the stuck task's job yet
+    RECOVERED = "recovered"                # recover: tasks freed, mount back, probe passes
+    NOT_RECOVERED = "not_recovered"        # recover: tried; tasks survived or the probe fails
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
 
     def __str__(self) -> str:

@@ -18,7 +18,8 @@ A killed child that is still alive a moment later is stuck in the kernel. It is 
 to local state (pid, start time, target); later runs report "still hung since T" for
 that target and start no new child for it while the old one lives, so any number of
 runs leaves at most one stuck child per target. Children that did end are reaped with
-WNOHANG.
+WNOHANG. A program run through `Runner.command` (py-spy, which reads another process's
+binary and memory) is remembered the same way, under a key for what it looks at.
 
 Forking the running interpreter costs about a millisecond; exec'ing a fresh Python
 would cost tens of milliseconds per probe on every health check.
@@ -52,6 +53,7 @@ STILL_HUNG = "still_hung"  # an earlier run's child for this target is still stu
 FAILED = "failed"          # the child died or returned garbage (a bug, OOM kill, ...)
 
 STATE_NAME = "stuck-children"
+PYSPY_STATE = "stuck-pyspy"      # job-report's: its py-spy children stuck in the kernel
 # How long killed children get to disappear before we call them stuck. Killable sleeps
 # (most FUSE and NFS waits) end within microseconds of SIGKILL.
 KILL_SETTLE = 0.05
@@ -162,10 +164,17 @@ class Batch:
 
 
 class Runner:
-    """Runs tasks in parallel children; never blocks past the longest deadline."""
+    """Runs tasks in parallel children; never blocks past the longest deadline.
 
-    def __init__(self, state: StateStore | None = None):
+    `name`: the state file of its registry of stuck children; `others`: the registries
+    of other programs' runners in the same directory (job-report's py-spy children),
+    read only, so that stuck() knows their children as ours too."""
+
+    def __init__(self, state: StateStore | None = None, name: str = STATE_NAME,
+                 others: tuple[str, ...] = ()):
         self.state = state
+        self.name = name
+        self.others = others
         self._stuck: dict[str, dict] | None = None
         self._dirty = False
         self._running: set[int] = set()   # children started and not yet collected
@@ -173,20 +182,19 @@ class Runner:
     # --- the registry of stuck children --------------------------------------------
     def _registry(self) -> dict[str, dict]:
         if self._stuck is None:
-            loaded = self.state.load(STATE_NAME) if self.state else {}
-            self._stuck = {}
-            for key, entry in loaded.items():
-                try:
-                    if _alive(int(entry["pid"]), int(entry["start"])):
-                        self._stuck[key] = entry
-                except (KeyError, TypeError, ValueError):
-                    pass
+            loaded = self.state.load(self.name) if self.state else {}
+            self._stuck = _living(loaded)
             self._dirty = len(self._stuck) != len(loaded)
         return self._stuck
 
     def stuck(self) -> dict[str, dict]:
         """Targets with a live stuck child: key -> {pid, start, since, step}."""
-        return dict(self._registry())
+        found = {}
+        if self.state is not None:
+            for name in self.others:
+                found.update(_living(self.state.load(name)))
+        found.update(self._registry())
+        return found
 
     def running(self) -> set[int]:
         """Pids of the children at work now: a /proc scan run meanwhile must not take
@@ -195,8 +203,35 @@ class Runner:
 
     def _save(self) -> None:
         if self._dirty and self.state is not None:
-            self.state.save(STATE_NAME, self._stuck or {})
+            self.state.save(self.name, self._stuck or {})
             self._dirty = False
+
+    def _remember(self, key: str, pid: int, step: str, since: float) -> bool:
+        """Record a killed child that is still alive; False if it is gone after all."""
+        st = proc_start_time(pid)
+        if st is None:
+            return False
+        self._registry()[key] = {"pid": pid, "start": st[1], "step": step, "since": since}
+        self._dirty = True
+        return True
+
+    # --- programs -------------------------------------------------------------------
+    def command(self, key: str, argv: list, timeout: float, env: dict | None = None) -> CommandResult:
+        """run_command() for a program that may get stuck in the kernel on what it looks
+        at (py-spy on a process whose binary lies on a stalled mount), with `key` naming
+        that target: killed at the deadline and still alive, it is remembered like a
+        stuck probe, and while it lives no other is started for the key (the result
+        says `not_started`, with the old one's pid and start)."""
+        entry = self._registry().get(key)
+        if entry is not None:
+            return CommandResult(argv=list(argv), rc=None, pid=int(entry["pid"]),
+                                 since=float(entry.get("since", 0.0)), not_started=True)
+        result = run_command(argv, timeout, env)
+        if result.timed_out and _left_alive([result.pid]) and \
+                self._remember(key, result.pid, "exec", result.since):
+            result.stuck = True
+            self._save()
+        return result
 
     # --- running --------------------------------------------------------------------
     def run(self, tasks: list[Task]) -> dict[str, Outcome]:
@@ -250,6 +285,12 @@ class Runner:
             now = time.monotonic()
             for fd, child in list(pending.items()):
                 if now - child.started >= child.task.timeout:
+                    if not self._read(child):
+                        # It ended in time while the caller was busy elsewhere (a
+                        # py-spy that hung, say): its answer is there, it is no hang.
+                        self._close(poller, pending, fd)
+                        outcomes[child.task.key] = self._finished(child)
+                        continue
                     self._kill(child)
                     killed.append(child)
                     outcomes[child.task.key] = Outcome(
@@ -341,22 +382,34 @@ class Runner:
         """Give killed children a moment to die; remember the ones that cannot."""
         if not killed:
             return
-        deadline = time.monotonic() + KILL_SETTLE
-        left = list(killed)
-        while left:
-            left = [c for c in left if not reap(c.pid)]
-            if not left or time.monotonic() >= deadline:
-                break
-            time.sleep(0.002)
-        registry = self._registry()
-        for child in left:
-            st = proc_start_time(child.pid)
-            if st is None:
-                continue
-            registry[child.task.key] = {"pid": child.pid, "start": st[1], "step": child.step,
-                                        "since": child.started_wall}
-            self._dirty = True
-            outcomes[child.task.key].error += "; the probe is stuck in the kernel and cannot be killed"
+        alive = set(_left_alive([c.pid for c in killed]))
+        for child in killed:
+            if child.pid in alive and self._remember(child.task.key, child.pid, child.step, child.started_wall):
+                outcomes[child.task.key].error += "; the probe is stuck in the kernel and cannot be killed"
+
+
+def _living(loaded: dict) -> dict[str, dict]:
+    """The entries of a registry whose child still lives (same pid, same start)."""
+    out = {}
+    for key, entry in loaded.items():
+        try:
+            if _alive(int(entry["pid"]), int(entry["start"])):
+                out[key] = entry
+        except (KeyError, TypeError, ValueError):
+            pass
+    return out
+
+
+def _left_alive(pids: list[int]) -> list[int]:
+    """The killed children among `pids` that have not died within KILL_SETTLE."""
+    deadline = time.monotonic() + KILL_SETTLE
+    left = list(pids)
+    while left:
+        left = [p for p in left if not reap(p)]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.002)
+    return left
 
 
 def reap(pid: int) -> bool:
@@ -393,6 +446,10 @@ class CommandResult:
     stderr: str = ""
     timed_out: bool = False
     elapsed: float = 0.0
+    pid: int = 0
+    since: float = 0.0             # wall-clock start (of the earlier child, when not_started)
+    stuck: bool = False            # killed at the deadline and alive still: stuck in the kernel
+    not_started: bool = False      # an earlier run's child for this target is still stuck (pid)
 
     @property
     def ok(self) -> bool:
@@ -400,8 +457,13 @@ class CommandResult:
 
     def message(self) -> str:
         """What the command itself said, for error reports."""
+        name = os.path.basename(self.argv[0])
+        if self.not_started:
+            return (f"{name} (pid {self.pid}) is still stuck since "
+                    f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(self.since))}: not started again")
         if self.timed_out:
-            return f"{os.path.basename(self.argv[0])} gave no answer within {self.elapsed:.0f}s"
+            stuck = f", and is stuck in the kernel (pid {self.pid})" if self.stuck else ""
+            return f"{name} gave no answer within {self.elapsed:.0f}s{stuck}"
         text = (self.stderr.strip() or self.stdout.strip()).replace("\n", "; ")
         return text or f"{os.path.basename(self.argv[0])} exited with status {self.rc}"
 
@@ -413,7 +475,7 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
     has succeeded: exec'ing a binary on a hung shared filesystem (Slurm under
     /opt/slurm on NFS is common) would block the health check with it.
     """
-    started = time.monotonic()
+    started, since = time.monotonic(), time.time()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -477,7 +539,7 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
             except OSError:
                 continue
         reap(pid)
-    return CommandResult(argv=list(argv), rc=rc, timed_out=rc is None, elapsed=elapsed,
+    return CommandResult(argv=list(argv), rc=rc, timed_out=rc is None, elapsed=elapsed, pid=pid, since=since,
                          stdout=bufs[out_r].decode("utf-8", "replace"),
                          stderr=bufs[err_r].decode("utf-8", "replace"))
 

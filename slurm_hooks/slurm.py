@@ -68,18 +68,34 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     Keys are words followed by '='. A free-text value (Reason, AdminComment, ...) keeps
     absorbing the following pieces until one starts with a key that scontrol really
     prints for this object (given in `known`, learnt from the line's own well-formed
-    keys when not given), so "Reason=disk a=b broken" stays whole.
+    keys when not given), so "Reason=disk a=b broken" stays whole. A node's Reason runs
+    to its stamp (see _cut_node_reason): it may hold our words, and a file name in them
+    may read `x [u@2020-01-01T00:00:00] Comment=...`.
     """
     out: dict[str, str] = {}
-    current: str | None = None
+    line = line.strip()
     node = line.startswith("NodeName=")
-    for piece in _TOKEN.split(line.strip()):
+    head, reason, tail = _cut_node_reason(line) if node else (line, None, "")
+    # A node's reason without a stamp (one Slurm gave no time) runs to the end of the
+    # line: it may hold words that look like keys, `Kill task failed (JobId=7 StepId=0)`.
+    _pieces(head, out, None, known, open_reason=node and reason is None)
+    if reason is not None:
+        out["Reason"] = reason
+        _pieces(tail, out, "Reason", known, open_reason=False)
+    return out
+
+
+def _pieces(text: str, out: dict[str, str], current: str | None, known: frozenset | None,
+            open_reason: bool) -> None:
+    """The Key=Value pieces of `text` into `out`; `current`: the key a leading piece
+    without one continues; `open_reason`: a Reason takes every piece after it."""
+    if not text:
+        return
+    for piece in _TOKEN.split(text):
         key, sep, value = piece.partition("=")
         if current in FREE_TEXT and (not sep or (known is not None and key not in known)
                                      or (known is None and _looks_like_text(key, out))
-                                     or (node and current == "Reason" and not _STAMP.search(out["Reason"]))):
-            # A node's reason always ends with Slurm's [user@time] stamp, and may hold
-            # words that look like keys: `Kill task failed (JobId=7 StepId=0)`.
+                                     or (open_reason and current == "Reason")):
             out[current] += " " + piece
             continue
         if not sep:
@@ -88,10 +104,40 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
             continue
         out[key] = value
         current = key
-    return out
 
 
-_STAMP = re.compile(r"\[[^\]@]*@[^\]]*\]\s*$")
+def _cut_node_reason(line: str) -> tuple[str, str | None, str]:
+    """(what comes before ` Reason=`, the Reason up to and with Slurm's stamp, what
+    follows it), or (line, None, "") when the reason has no stamp.
+
+    Slurm appends the stamp to the reason's first line, and prints after the reason
+    only what admins and Slurm write (Comment, Extra, InstanceId, ReservationName,
+    Topology, ...). Our reasons are one line, so any text of a user's inside one lies
+    before the real stamp: the real stamp is the last one, and a stamp a file name
+    forged is never taken for it."""
+    head, sep, rest = line.partition(" Reason=")
+    if not sep:
+        return line, None, ""
+    last = None
+    for last in _STAMP_INSIDE.finditer(rest):
+        pass
+    if last is None:
+        return line, None, ""
+    tail = rest[last.end():]
+    # One blank separates the stamp from what follows; the blanks of a continued
+    # reason's next line (`       more`) stay with it.
+    return head, rest[:last.end()], tail[1:] if tail.startswith(" ") else tail
+
+
+# Slurm's stamp: ` [USER@TIME]`, appended by scontrol (slurm_sprint_node_table) to the
+# first line of a node reason that has a time, which every reason set by an update or
+# a reboot request has. USER is a user name or a uid (no blank, bracket or @), TIME is
+# slurm_make_time_str's ISO form to the second: SLURM_TIME_FORMAT, which could change
+# it, is never in the environment of our Slurm calls (Slurm.env).
+_STAMP_BODY = r" \[([^\s\[\]@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]"
+_STAMP = re.compile(_STAMP_BODY + r"$")
+_STAMP_INSIDE = re.compile(_STAMP_BODY + r"(?= |$)")
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
 def records(out: str, head: str) -> list[str]:
@@ -142,9 +188,29 @@ def parse_job_lines(out: str) -> list[dict[str, str]]:
     return jobs
 
 
+def reason_stamp(reason: str) -> tuple[str, str, str] | None:
+    """(reason, user, time) of a node reason as scontrol shows it, ending in Slurm's
+    ` [user@2026-11-29T22:20:45]`; None when it does not end in one. The one place a
+    stamp is read: anchored at the end, an exact time, so text of ours before it (a
+    file name holding `[x@0000]`) is never taken for it."""
+    m = _STAMP.search(reason)
+    if m is None:
+        return None
+    return reason[:m.start()], m.group(1), m.group(2)
+
+
 def strip_reason_stamp(reason: str) -> str:
-    """Drop the ` [user@2026-11-29T22:20:45]` that scontrol appends to a node reason."""
-    return re.sub(r"\s*\[[^\]@]*@[^\]]*\]\s*$", "", reason)
+    """Drop the ` [user@2026-11-29T22:20:45]` that scontrol appends to a node reason.
+    Only for a reason as Slurm shows it: one without a stamp (node_state's, sinfo's)
+    is already plain, and its end may be a user's text."""
+    found = reason_stamp(reason)
+    return reason if found is None else found[0]
+
+
+def stamp_time(reason: str) -> str:
+    """The time of Slurm's stamp on a node reason (`2026-11-29T22:20:45`), "" if none."""
+    found = reason_stamp(reason)
+    return "" if found is None else found[2]
 
 
 def find_scontrol(bin_dir: str | None) -> str | None:
@@ -310,9 +376,7 @@ class Slurm:
         and filters it in the client, and a prolog or epilog must not read the node list."""
         primed = self._primed.get(node)
         if primed is not None:
-            reason = strip_reason_stamp(primed.get("Reason", ""))
-            return {"NodeName": node, "State": primed.get("State", "").upper(),
-                    "Reason": "" if reason in ("none", "(null)") else reason}
+            return _without_stamp(primed)
         sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.
@@ -321,7 +385,7 @@ class Slurm:
             raise
         except SlurmError as e:
             if "cannot run" in str(e):           # no sinfo installed: the node list it is
-                return self.show_node(node)
+                return _without_stamp(self.show_node(node))
             raise
         for line in out.splitlines():
             name, _, rest = line.partition("|")
@@ -406,6 +470,15 @@ class Slurm:
         # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
         # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
         self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
+
+
+def _without_stamp(info: dict[str, str] | None) -> dict[str, str] | None:
+    """node_state's {NodeName, State, Reason} of a record as scontrol shows it."""
+    if info is None:
+        return None
+    reason = strip_reason_stamp(info.get("Reason", ""))
+    return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
+            "Reason": "" if reason in ("none", "(null)") else reason}
 
 
 def node_flags(info: dict[str, str]) -> set[str]:

@@ -30,11 +30,10 @@ import os
 import time
 
 from .backend import BackendError, Choice
-from .slurm import _UNREACHABLE, OutOfTime, SlurmError, SlurmUnavailable, strip_reason_stamp
+from .slurm import _UNREACHABLE, STAMP_FORMAT, OutOfTime, SlurmError, SlurmUnavailable, strip_reason_stamp
 
 JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running job ("Incomplete")
 SIGKILL = 9
-STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
 
 
 class PyslurmBackend:
@@ -224,7 +223,7 @@ def _child(progress, conf, op, args):
 
 
 def _stamp(when) -> str:
-    return time.strftime(STAMP_FORMAT, time.localtime(when)) if when else "Unknown"
+    return time.strftime(STAMP_FORMAT, time.localtime(when))
 
 
 def _node_dict(n) -> dict:
@@ -232,7 +231,11 @@ def _node_dict(n) -> dict:
     gres = n.configured_gres or {}
     out["Gres"] = ",".join(f"{k}:{v}" for k, v in gres.items()) if gres else "(null)"
     if n.reason:
-        out["Reason"] = f"{n.reason} [{n.reason_user or 'root'}@{_stamp(n.reason_time)}]"
+        # pyslurm gives the reason alone: the stamp is appended here as scontrol does
+        # it, only for a reason with a time (every reason an update or a reboot sets),
+        # so that strip_reason_stamp removes exactly this one, never a user's text.
+        stamp = f" [{n.reason_user or 'root'}@{_stamp(n.reason_time)}]" if n.reason_time else ""
+        out["Reason"] = n.reason + stamp
     return out
 
 

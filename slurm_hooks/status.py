@@ -12,9 +12,8 @@ import time
 
 from .breaker import cause_of
 from .records import asdict, dataclass, field
-from .slurm import foreign_states, node_flags, node_is_drained, reason_is_current, strip_reason_stamp
+from .slurm import STAMP_FORMAT, foreign_states, node_flags, node_is_drained, reason_is_current, stamp_time, strip_reason_stamp
 
-_STAMP = re.compile(r"\[[^\]@]*@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]\s*$")
 _JOB_NODE = re.compile(r"node (\S+?):")
 
 
@@ -93,12 +92,10 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
             others.append({"node": info["NodeName"], "reason": reason if reason_is_current(info) else "",
                            "state": info.get("State", "")})
             continue
-        m = _STAMP.search(raw)
-        since, age = None, None
-        if m:
-            since = m.group(1)
+        since, age = stamp_time(raw) or None, None
+        if since:
             try:
-                age = max(0.0, now - time.mktime(time.strptime(since, "%Y-%m-%dT%H:%M:%S")))
+                age = max(0.0, now - time.mktime(time.strptime(since, STAMP_FORMAT)))
             except ValueError:
                 pass
         ours.append(DrainedNode(node=info["NodeName"], reason=_plain(reason)[len(prefix):].strip(), since=since,

@@ -2,7 +2,17 @@
 grouping, the order (odd one out first), the summary line, srun's labelled output."""
 from __future__ import annotations
 
-from slurm_hooks.diagnose import aggregate, parse_labelled, _ranges
+import json
+import re
+from types import SimpleNamespace
+
+from slurm_hooks.diagnose import _ranges, aggregate, default_collector, parse_labelled, render, step_env
+from slurm_hooks.runner import run_command
+from slurm_hooks.slurm import SAFE_PATH
+
+# What a terminal acts on, a line break, text turned right to left (reason._UNPRINTABLE).
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+HOSTILE = "\x1b]0;pwn\x07\n\u202e\x1b[2J"
 
 
 def task(pid, rank, threads, cpu=0.0, gpus=(), step="0"):
@@ -95,3 +105,56 @@ def test_a_polling_rank_caught_between_two_sleeps_is_not_the_odd_one_out():
     tasks[5] = task(105, "5", [thread(105, "S", barrier, syscall="read")])
     d = aggregate("7", ["n1"], [{"node": "n1", "job": "7", "tasks": tasks}], {})
     assert [len(g.members) for g in d.groups] == [1, 1, 6]
+
+
+def test_what_nodes_send_back_is_printable_in_every_output():
+    """A node's document is read like any user text: every string in it (names,
+    command lines, paths, fstypes, frames, thread names, notes, errors) reaches the
+    text and the JSON with its control characters written out."""
+    h = HOSTILE
+    stuck = thread(11, "D", [f"write{h} (log{h}.py:3)"], syscall="write", file=f"/gpfs/{h}.log",
+                   fstype=f"fuse.{h}", mountpoint=f"/gpfs{h}", progress=False, name=f"log{h}", comm=f"c{h}")
+    waiting = thread(12, "S", [f"wait{h} (a{h}.py:1)"], name="MainThread")
+    tasks = [dict(task(11, "0", [stuck]), comm=f"py{h}", cmdline=f"python {h}", stacks=f"py-spy: {h}"),
+             dict(task(12, "1", [waiting]), comm=f"py{h}", cmdline=f"python {h}", inspect=f"failed: {h}")]
+    doc = {"node": "n1", "job": "7", "tasks": tasks, "notes": [f"NVML: {h}"], "pyspy": f"/x{h}"}
+    out = "".join(f"0: {json.dumps(doc)[i:i + 100]}\n" for i in range(0, len(json.dumps(doc)), 100))
+    reports, seen = parse_labelled(out, ["n1"])
+    assert seen == {"n1"}
+    d = aggregate("7", ["n1"], reports, {})
+    text = render(d)
+    lines = text.split("\n")
+    assert [ln for ln in lines if CONTROL.search(ln)] == [], text
+    assert "\\x1b]0;pwn\\x07\\x0a\\u202e\\x1b[2J" in lines[1], text
+    assert any(ln.startswith("   note: n1: NVML: \\x1b]0;pwn") for ln in lines), text
+    for dumped in (json.dumps(d.to_json(), ensure_ascii=False), d.summary):
+        assert CONTROL.search(dumped) is None, dumped
+
+
+# A package of the collector's name, wherever somebody could put one: it says so if run.
+PLANTED = "open({marker!r}, 'a').write({where!r} + ' ' + __name__ + '\\n')\ndef main(argv=None):\n    return 0\n"
+
+
+def test_the_collector_runs_this_installation_whatever_the_callers_directory_and_python_path(tmp_path, monkeypatch):
+    """diagnose runs the collector as its caller (root) on every node: a `slurm_hooks/`
+    in the caller's directory or on PYTHONPATH must never be what runs."""
+    marker = tmp_path / "planted-code-ran"
+    for where in ("cwd", "pythonpath"):
+        package = tmp_path / where / "slurm_hooks"
+        package.mkdir(parents=True)
+        for name in ("__init__.py", "__main__.py", "cli.py"):
+            (package / name).write_text(PLANTED.format(marker=str(marker), where=where))
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "pythonpath"))
+    env = step_env(SimpleNamespace(env={"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}))
+    assert [k for k in env if k.startswith("PYTHON")] == []
+    argv = [*default_collector(), "job-report", "424242", "--json", "--node=n1", "--sample=0",
+            "--deadline=5", "--no-stacks"]
+    # As fan_out starts it (through srun, which hands on the caller's directory and
+    # environment); and with PYTHONPATH set all the same, for the interpreter to ignore.
+    for child_env in (env, dict(env, PYTHONPATH=str(tmp_path / "pythonpath"))):
+        r = run_command(argv, 60, child_env)
+        assert not marker.exists(), marker.read_text()
+        assert r.rc == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert (doc["job"], doc["node"], doc["tasks"]) == ("424242", "n1", [])

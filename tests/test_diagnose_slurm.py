@@ -233,8 +233,11 @@ def test_gpus_held_by_the_ranks_from_nvml(clean_cluster, tmp_path):
              "processes": [[pid, 8 << 30]]} for i, (pid, node) in enumerate(sorted(pids.items(), key=lambda kv: kv[1]))]
     scenario = tmp_path / "nvml.json"
     scenario.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
-    env = config(tmp_path, cluster)
-    env.update(PYTHONPATH=str(ROOT / "tests" / "fake_nvml"), FAKE_NVML_SCENARIO=str(scenario))
+    # The collector starts isolated, no PYTHON* variable reaches it: the fake module is
+    # put first on its path by the configured command, as a site would wrap it.
+    fake = ["/usr/bin/env", f"PYTHONPATH={ROOT / 'tests' / 'fake_nvml'}", sys.executable, "-m", "slurm_hooks"]
+    env = config(tmp_path, cluster, collector=fake)
+    env.update(FAKE_NVML_SCENARIO=str(scenario))
     r, _ = diagnose(env, job, "--no-stacks")
     assert r.returncode == 0, r.stderr
     # Every node sees the one fake "machine": each rank holds exactly its own GPU.

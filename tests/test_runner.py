@@ -86,3 +86,14 @@ def test_run_command_reports_message_and_deadline():
     r = run_command(["/bin/sh", "-c", "sleep 30 & sleep 30"], 0.3)
     assert r.timed_out and r.rc is None and time.monotonic() - t0 < 0.6
     assert run_command(["/nonexistent/scontrol"], 5).rc == 127
+
+
+def test_a_child_that_answered_in_time_is_no_hang_when_collected_late(tmp_path):
+    """The caller may work past a child's deadline before collecting (job-report waits
+    for py-spy meanwhile): a child that finished in time gave its answer."""
+    r = Runner(StateStore(str(tmp_path)))
+    batch = r.start([Task("t:quick", _ok, (4,), 0.5), Task("t:slow", _sleep, (30,), 0.5)])
+    time.sleep(1.0)
+    out = r.collect(batch)
+    assert out["t:quick"].status == DONE and out["t:quick"].value == {"double": 8}
+    assert out["t:slow"].status == HUNG

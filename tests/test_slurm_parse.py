@@ -61,3 +61,88 @@ def test_squeue_job_lines_take_only_the_admin_comment_as_free_text():
     # An admin's line break: the next line is part of the comment, not a job.
     jobs = parse_job_lines("5|5|N/A|0|root|RUNNING|n1|1|1|1|0|first\nsecond JobId=6\n")
     assert len(jobs) == 1 and jobs[0]["AdminComment"] == "first\nsecond JobId=6"
+
+
+# Slurm's stamp as scontrol appends it, and stamps a job user could write into a reason
+# of ours through a file name (our reasons quote paths).
+REAL = " [root@2026-11-29T22:20:46]"
+LATER = " [root@2026-11-29T22:20:47]"
+
+
+def node_line(name: str, reason: str, after: str = "") -> str:
+    return (f"NodeName={name} Arch=x86_64 CPUTot=2 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=debug "
+            f"Reason={reason}{after}")
+
+
+def test_only_slurms_own_stamp_at_the_end_is_the_stamp():
+    forged = "slurm-hooks: fs /scratch write hung >10s (fuse) /scratch/u/a [x@2020-01-01T00:00:00] Comment=b"
+    # scontrol's line: the reason runs to the last stamp, not to the first one a file
+    # name holds, and what follows the real one (an admin's Comment) is its own field.
+    d = parse_oneliner(node_line("n1", forged + REAL, " Comment=ops ReservationName=maint"))
+    assert d["Reason"] == forged + REAL
+    assert (d["Comment"], d["ReservationName"]) == ("ops", "maint")
+    assert strip_reason_stamp(d["Reason"]) == forged
+    # A reason without a stamp (sinfo's, node_state's) keeps a user's text at its end.
+    assert strip_reason_stamp("slurm-hooks: fs /s/a [x@0000]") == "slurm-hooks: fs /s/a [x@0000]"
+    from slurm_hooks.slurm import reason_stamp, stamp_time
+    assert stamp_time(d["Reason"]) == "2026-11-29T22:20:46"
+    assert reason_stamp(d["Reason"]) == (forged, "root", "2026-11-29T22:20:46")
+    for tail in ("[x@0000]", " [x@0000]", " [x@2020-01-01T00:00]", " [a b@2020-01-01T00:00:00]",
+                 " [x@2020-01-01T00:00:00]x", " [x[@2020-01-01T00:00:00]", "/[x@2020-01-01T00:00:00]"):
+        assert strip_reason_stamp(f"slurm-hooks: fs /s/a{tail}") == f"slurm-hooks: fs /s/a{tail}"
+        assert stamp_time(f"slurm-hooks: fs /s/a{tail}") == ""
+    # An opening bracket a file name leaves unclosed is not the start of the stamp.
+    assert strip_reason_stamp("slurm-hooks: fs /s/[a@0" + REAL) == "slurm-hooks: fs /s/[a@0"
+    # A reason Slurm gave no time keeps every piece to the end of the line, as before.
+    d = parse_oneliner(node_line("n1", "Kill task failed (JobId=7 StepId=0)"))
+    assert d["Reason"] == "Kill task failed (JobId=7 StepId=0)"
+
+
+class _Nodes:
+    def __init__(self, lines):
+        self.records = [parse_oneliner(line) for line in lines]
+
+    def list_nodes_alone(self):
+        return self.records
+
+    list_nodes = list_nodes_alone
+
+    def list_jobs(self):
+        return []
+
+
+def test_a_forged_stamp_neither_reorders_the_breaker_nor_is_cut_from_the_reason():
+    """Two nodes drained by us, one slot: the earlier drain keeps it. n2's reason names
+    a file whose name reads as an older stamp; it must not win the slot."""
+    from slurm_hooks.breaker import cluster_view, keepers
+    from slurm_hooks.config import PolicyConfig
+    from slurm_hooks.status import collect
+    policy = PolicyConfig(max_drained_nodes=1, max_drained_fraction=0)
+    for forged in ("slurm-hooks: fs /scratch hung /scratch/u/[a@0",
+                   "slurm-hooks: fs /scratch hung /scratch/u/a [x@2020-01-01T00:00:00] Comment=x"):
+        slurm = _Nodes([node_line("n1", "slurm-hooks: fs /scratch hung" + REAL), node_line("n2", forged + LATER)])
+        view = cluster_view(slurm, "slurm-hooks:")
+        assert view.stamps == {"n1": REAL[7:-1], "n2": LATER[7:-1]}
+        assert view.ours["n2"] == forged[len("slurm-hooks:"):].strip()
+        assert keepers(view, policy) == ["n1"]
+        [group] = collect(slurm, "slurm-hooks:", now=0).groups
+        shown = {d.node: (d.reason, d.since) for d in group.nodes}
+        assert shown["n2"] == (forged[len("slurm-hooks:"):].strip(), LATER[7:-1])
+
+
+def test_pyslurm_records_carry_the_stamp_as_scontrol_prints_it():
+    """pyslurm gives the reason alone; the backend appends Slurm's stamp itself, and
+    only where Slurm has a time for it (scontrol prints none then either)."""
+    import time
+
+    from slurm_hooks.slurm_pyslurm import _node_dict
+
+    class Node:
+        name, state, configured_gres, reason_user = "n1", "IDLE+DRAIN", {}, "root"
+        reason = "slurm-hooks: fs /s/[x@2020-01-01T00:00:00]"
+        reason_time = None
+
+    assert _node_dict(Node())["Reason"] == Node.reason
+    Node.reason_time = time.mktime((2026, 11, 29, 22, 20, 46, 0, 0, -1))
+    assert _node_dict(Node())["Reason"] == Node.reason + REAL
+    assert strip_reason_stamp(_node_dict(Node())["Reason"]) == Node.reason
