@@ -214,7 +214,8 @@ def _refused(action: Action, info: dict) -> ActionResult | None:
     """A refusal when Slurm does not confirm the job is this node's and the task's user's."""
     from .hostlist import contains
     nodes = info.get("NodeList", "")
-    if not contains(nodes, action.node):
+    # A job we requeued from here runs nowhere yet: the note of what became of it is still ours to add.
+    if not contains(nodes, action.node) and not (action.ran_here and nodes in ("", "(null)")):
         return ActionResult(action, SKIPPED, f"not acted on: Slurm says job {action.job} runs on "
                             f"{nodes or 'no node'}, not on {action.node}", code=Code.NOT_ON_NODE)
     owner = job_uid(info)

@@ -59,6 +59,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
     if hook == "prolog":
         return _prolog_actions(actions, state, dry_run, report_only)
+    if hook == "healthcheck" and _may_recover(cfg, actions, findings):
+        actions = policy.recoveries(actions, findings, ledger, _recoverable(cfg), new_counts, bool(drain))
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
@@ -89,7 +91,11 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         actions.append(resume)
     queue = merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    recovering = [a for a in queue if a.kind == "recover"]
+    queue = [a for a in queue if a.kind != "recover"]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
+    if recovering:
+        results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain)
     from .breaker import can_overflow
     if held == [] and slurm is not None and hook == "healthcheck" and \
             (view is None or can_overflow(view, cfg.policy)):
@@ -335,9 +341,118 @@ def _spooled_at(spooled: list, action) -> float:
     return time.time()
 
 
+# --- recovery without a reboot (recovery.py) --------------------------------------------
+def _may_recover(cfg: Config, actions: list, findings: list[Finding]) -> bool:
+    if not any(fs.recover.method != "none" for fs in cfg.filesystems):
+        return False
+    return any(a.kind == "reboot" for a in actions) or any(
+        f.check == "filesystem" and f.severity == FAIL for f in findings)
+
+
+def _recoverable(cfg: Config) -> dict:
+    """mountpoint -> Recovery for each configured mount with `recover` on, as mounted now
+    (mountinfo only); never a user's FUSE mount, nor one below it."""
+    from .config import fs_timeout
+    from .model import Recovery
+    from .mounts import MountTable
+    table = MountTable.current()
+    out = {}
+    for fs in cfg.filesystems:
+        r = fs.recover
+        if r.method == "none":
+            continue
+        m = table.at(fs.mountpoint) if fs.mountpoint else table.holding(fs.path)
+        if m is not None and table.user_owner(m) is not None:
+            continue
+        # A mount that is gone (detached by a recovery whose remount failed) still has
+        # its entry: what was tried on it decides about the reboot.
+        point = m.mountpoint if m is not None else (fs.mountpoint or fs.path)
+        out[point] = Recovery(mountpoint=point, dev=m.dev if m is not None else "", method=r.method,
+                              command=list(r.command), remount=list(r.remount), wait=r.wait,
+                              timeout=fs_timeout(cfg, fs), probe=fs.path, probe_mode=fs.mode)
+    return out
+
+
+def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, ledger: dict,
+             dry_run: bool, report_only: bool, drain: dict) -> list:
+    """Carry out the recoveries policy asked for (each once per incident), then resume
+    the node and tell the jobs when one freed everything and the mount is back."""
+    from . import recovery
+    from .actions import execute
+    from .model import Action
+    from .outcomes import Code, Outcome
+    from .runner import Runner
+    out: list[ActionResult] = []
+    for a in actions:
+        if any(k in ledger for k in a.keys):
+            out.append(ActionResult(a, Outcome.SKIPPED, "already tried for this incident", code=Code.ALREADY_DONE))
+            continue
+        if report_only or dry_run:
+            out.append(ActionResult(a, Outcome.REPORT_ONLY if report_only else Outcome.DRY_RUN,
+                                    "report only (actions.report_only): not done" if report_only
+                                    else "dry run: not done",
+                                    code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
+            continue
+        r = a.recovery
+        runner = Runner(state)
+        # Our own probes stuck on the mount must go as well.
+        r.probes = [[int(e["pid"]), int(e["start"])] for k, e in runner.stuck().items()
+                    if k == f"filesystem:{r.probe}" and "pid" in e and "start" in e]
+        # The probe gets a runner of its own: the registry above was read while the
+        # stuck probes still lived, and they are gone now.
+        done = recovery.recover(r, runner, lambda: _probe(Runner(state), r, node))
+        now = time.time()
+        # By incident (once per incident) and by mount (what a later run's probe of it
+        # decides on: recovered, or tried and the reboot follows).
+        for k in a.keys + [f"recover:{node}:{r.mountpoint}"]:
+            ledger[k] = {"done": now, "seen": now, "recovered": done.recovered}
+        out.append(ActionResult(a, Outcome.DONE, done.summary(r),
+                                code=Code.RECOVERED if done.recovered else Code.NOT_RECOVERED))
+        _count_recovery(state, r.mountpoint, "recovered" if done.recovered else "failed")
+        if slurm is None:
+            continue
+        note = f"{cfg.reason_prefix} node {node}: {done.summary(r)}"
+        follow = [Action("comment", node=node, job=j, text=note, incident=a.incident, ran_here=True)
+                  for j in r.jobs]
+        if done.recovered:
+            follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))
+        out += execute(follow, slurm, cfg.reason_prefix, dry_run, ledger)
+    return out
+
+
+def _probe(runner, r, node: str) -> tuple[bool, str]:
+    from .checks.filesystem import probe_read, probe_write
+    from .runner import DONE, Task
+    key = f"filesystem:{r.probe}"
+    task = (Task(key, probe_write, (r.probe, 4096, node), r.timeout) if r.probe_mode == "write"
+            else Task(key, probe_read, (r.probe,), r.timeout))
+    o = runner.run([task])[key]
+    if o.status == DONE and isinstance(o.value, dict) and o.value.get("ok"):
+        return True, f"ok in {float(o.value.get('latency', 0)):.2f}s"
+    if o.status == DONE and isinstance(o.value, dict):
+        return False, f"{o.value.get('step', '?')} failed: {o.value.get('errno', '')} {o.value.get('message', '')}".strip()
+    return False, f"{o.status}" + (f" at {o.step}" if o.step else "")
+
+
+RECOVERIES = "recoveries"
+
+
+def _count_recovery(state: StateStore, mount: str, outcome: str) -> None:
+    counts = state.load(RECOVERIES)
+    per = counts.setdefault(mount, {})
+    per[outcome] = int(per.get(outcome, 0)) + 1
+    state.save(RECOVERIES, counts)
+
+
 def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
     """Our local note of why we drained this node (for auto-resume)."""
     from .outcomes import Code, Outcome
+    # The mount a stuck task held came back without a reboot: the drain for it may be
+    # resumed as any resumable one is (at once, or after passing runs).
+    if any(r.action.kind == "recover" and r.code == Code.RECOVERED for r in results):
+        if any(r.action.kind == "resume" and r.outcome == Outcome.DONE for r in results):
+            return {}
+        return dict(drain, resumable=True) if drain else drain
     for r in results:
         a = r.action
         if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):

@@ -100,6 +100,7 @@ class Recovery:
     probe: str = ""            # the configured path whose probe must pass afterwards
     probe_mode: str = "write"
     tasks: list = field(default_factory=list)   # [pid, start ticks] stuck on the mount
+    probes: list = field(default_factory=list)  # [pid, start ticks] of our own probes stuck on it
     jobs: list = field(default_factory=list)    # their jobs, told what became of it
 
 
@@ -118,6 +119,7 @@ class Action:
     job_only: bool = False     # about the job alone (its own mount): no drain-storm budget
     after_job: str | None = None  # reboot: only once Slurm says this job no longer runs here
     recovery: Recovery | None = None  # recover: the mount, its method and what it must free
+    ran_here: bool = False     # comment: about a job that ran here and was requeued since
 
     @property
     def keys(self) -> list[str]:

@@ -146,3 +146,82 @@ def resume_decision(findings: list[Finding], drain: dict, node: str, resume_afte
     if resume_after and drain.get("resumable") and passes >= resume_after:
         return Action("resume", node=node, reason=str(drain.get("reason", ""))), record
     return None, record
+
+
+def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, recoverable: dict,
+               counts: dict, drained: bool) -> list[Action]:
+    """Put a recovery in place of a reboot where the kernel allows another way out.
+
+    `recoverable`: mountpoint -> Recovery (without tasks) for every configured mount
+    with `recover` on, as mounted now. A reboot asked for tasks stuck on one such mount
+    becomes a `recover` of it, once per incident; once tried, the reboot goes ahead,
+    saying so. A mount whose probe hung on consecutive runs of a node we drained is
+    recovered too. Never a user's mount (their findings do not fail), never where we
+    did not drain (the drain-storm breaker bounds recoveries as it bounds drains).
+    """
+    from .model import Recovery
+    if not recoverable or not drained:
+        return actions
+    out: list[Action] = []
+    for a in actions:
+        if a.kind != "reboot" or a.after_job:
+            out.append(a)
+            continue
+        ids = (a.incident or "").split("+")
+        stuck = [f for f in findings if f.needs_reboot and (f.incident or f.target) in ids]
+        points = {str(f.evidence.get("mountpoint") or "") for f in stuck}
+        if len(points) != 1 or next(iter(points)) not in recoverable:
+            out.append(a)            # several places, or one without recovery: the reboot
+            continue
+        point = next(iter(points))
+        tried = [ledger[k] for k in (f"recover:{a.node}:{i}" for i in ids) if k in ledger]
+        if tried:
+            how = recoverable[point].method
+            out.append(Action("reboot", node=a.node, reason=_tried(a.reason, how, point),
+                              incident=a.incident))
+            continue
+        base = recoverable[point]
+        tasks = [[int(f.evidence["pid"]), int(f.evidence.get("start_ticks") or 0)] for f in stuck
+                 if isinstance(f.evidence.get("pid"), int)]
+        jobs = sorted({f.job for f in stuck if f.job})
+        out.append(Action("recover", node=a.node, reason=a.reason, incident=a.incident,
+                          recovery=Recovery(**{**_fields(base), "tasks": tasks, "jobs": jobs})))
+    node = _node_of(actions)
+    for f in findings:
+        point = next((p for p, r in recoverable.items() if r.probe == f.target), "")
+        if f.check != "filesystem" or f.severity != FAIL or not point:
+            continue
+        tried = ledger.get(f"recover:{node}:{point}")
+        if isinstance(tried, dict) and not tried.get("recovered"):
+            # Recovery was tried and the mount did not come back healthy: the reboot.
+            if not any(x.kind in ("reboot", "recover") for x in out):
+                drain = next((x for x in out if x.kind == "drain"), None)
+                reason = drain.reason if drain is not None else f.reason_text
+                out.append(Action("reboot", node=node, reason=_tried(reason, recoverable[point].method, point),
+                                  incident=point))
+            continue
+        if (f.status in ("hung", "still_hung") and int(counts.get(f"{f.check}:{f.target}", 0)) >= 2
+                and tried is None and not any(x.kind == "recover" for x in out)):
+            on_it = [g for g in findings if g.check in ("stuck_tasks", "leftovers") and g.severity == FAIL
+                     and g.evidence.get("mountpoint") == point and isinstance(g.evidence.get("pid"), int)]
+            out.append(Action("recover", node=node, reason=f.reason_text, incident=point,
+                              recovery=Recovery(**{**_fields(recoverable[point]),
+                                                   "tasks": [[g.evidence["pid"], int(g.evidence.get("start_ticks") or 0)]
+                                                             for g in on_it],
+                                                   "jobs": sorted({g.job for g in on_it if g.job})})))
+    return out
+
+
+def _fields(r) -> dict:
+    from .records import asdict
+    return asdict(r)
+
+
+def _node_of(actions: list[Action]) -> str:
+    return next((a.node for a in actions if a.node), "")
+
+
+def _tried(reason: str, method: str, point: str) -> str:
+    from .reason import REASON_LIMIT, truncate_bytes
+    note = f" (recovery tried: {one_line(method)} {one_line(point)})"
+    return truncate_bytes(reason, REASON_LIMIT - len(note.encode())) + note

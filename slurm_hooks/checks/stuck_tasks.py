@@ -92,6 +92,8 @@ class Stuck:
     devs: list[str] = field(default_factory=list)   # devices of its file mappings (maps)
     walk: dict = field(default_factory=dict)        # how resolving its path argument went
     how: list[str] = field(default_factory=list)    # how the place was proven, or why not
+    mount_dev: str = ""                 # the proven mount's device (major:minor)
+    sigkill: bool = False               # a SIGKILL is pending and the task is still in D
 
 
 def _scan_chunk(progress, pids: list[str], proc: str) -> list:
@@ -522,7 +524,8 @@ class StuckTasksCheck:
             place.how.append(f"its mountinfo is over {procfs.MOUNTINFO_MAX >> 20} MiB: read in part")
         d.cause, d.how = place.cause, place.how
         if place.mount is not None:
-            d.mountpoint, d.fstype = place.mount.mountpoint, place.mount.fstype
+            d.mountpoint, d.fstype, d.mount_dev = place.mount.mountpoint, place.mount.fstype, place.mount.dev
+        d.sigkill = _sigkill_pending(self.proc, pid, d.sample.tid)
         if place.cause == "user_mount":
             d.mount_owner = place.owner_uid
 
@@ -551,6 +554,8 @@ class StuckTasksCheck:
         d_seconds = max(d.blocked, d.seconds) if exact and d.blocked is not None else d.seconds
         held = ("still stuck after the job ended" if after_end
                 else f"stuck for {duration(d_seconds, at_least=not exact)}")
+        if d.sigkill:
+            held += " (killed, still in D: unkillable)"
         own = d.mount_owner is not None
         mine = own and d.mount_owner == s.uid
         if own:
@@ -572,7 +577,8 @@ class StuckTasksCheck:
             "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
             "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
-            "mount_owner": d.mount_owner, "attribution": d.how,
+            "mount_owner": d.mount_owner, "attribution": d.how, "mount_dev": d.mount_dev,
+            "sigkill_pending": d.sigkill,
         }
         detail = (f"cause: {CAUSE_LABEL[d.cause]}; comm {s.comm}; wchan {d.wchan or '?'}; "
                   f"stack {' < '.join(d.stack[:4]) or 'unreadable'}"
@@ -611,6 +617,19 @@ class StuckTasksCheck:
                        job=ref.job if ref else None,
                        incident=incident, reason=reason, needs_reboot=True,
                        hard=True, resumable=False)
+
+
+def _sigkill_pending(proc: str, pid: int, tid: int) -> bool:
+    """A SIGKILL is pending for the thread (its own or its process's set) and it is still
+    in D: the unkillable kind, which neither ending its job nor a signal will end. A
+    killable wait would have died by now."""
+    data = procfs.read_small(f"{proc}/{pid}/task/{tid}/status")
+    st = procfs.parse_status(data or b"")
+    try:
+        pending = int(st.get("SigPnd", "0"), 16) | int(st.get("ShdPnd", "0"), 16)
+    except ValueError:
+        return False
+    return bool(pending & (1 << 8))             # bit 9 - 1: SIGKILL
 
 
 def _own_children(ctx: Context) -> set[tuple[int, int]]:
