@@ -408,7 +408,6 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
             ledger[k] = {"done": now, "seen": now, "recovered": done.recovered}
         out.append(ActionResult(a, Outcome.DONE, done.summary(r),
                                 code=Code.RECOVERED if done.recovered else Code.NOT_RECOVERED))
-        _count_recovery(state, r.mountpoint, "recovered" if done.recovered else "failed")
         if slurm is None:
             continue
         note = f"{cfg.reason_prefix} node {node}: {done.summary(r)}"
@@ -432,16 +431,6 @@ def _probe(runner, r, node: str) -> tuple[bool, str]:
     if o.status == DONE and isinstance(o.value, dict):
         return False, f"{o.value.get('step', '?')} failed: {o.value.get('errno', '')} {o.value.get('message', '')}".strip()
     return False, f"{o.status}" + (f" at {o.step}" if o.step else "")
-
-
-RECOVERIES = "recoveries"
-
-
-def _count_recovery(state: StateStore, mount: str, outcome: str) -> None:
-    counts = state.load(RECOVERIES)
-    per = counts.setdefault(mount, {})
-    per[outcome] = int(per.get(outcome, 0)) + 1
-    state.save(RECOVERIES, counts)
 
 
 def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:

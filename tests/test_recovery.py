@@ -171,3 +171,36 @@ def test_a_users_own_fuse_mount_is_never_recoverable(tmp_path, monkeypatch):
     cfg = Config(filesystems=[FilesystemConfig(path=p, recover=RecoverConfig(method="fuse-abort"))
                               for p in ("/home/u/own", "/shared")])
     assert list(actuation._recoverable(cfg)) == ["/shared"]
+
+
+# --- a hang two witnesses agree on acts at once ----------------------------------------
+def test_a_task_stuck_on_a_mount_whose_probe_hung_needs_no_long_grace(make_fuse, tmp_path):
+    import json
+
+    import yaml
+
+    from helpers import SLURM_HOOKS
+    m = make_fuse("unanswered")
+    p = subprocess.Popen([sys.executable, "-c", f"open({str(m.path)!r} + '/x', 'rb')"])
+    try:
+        poll(lambda: open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "D", 10, what="in D")
+        doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"), "syslog": False,
+               "prometheus_textfile_dir": None, "gpu": {"enabled": "false"},
+               "stuck_tasks": {"grace": 600, "sample_window": 0.3, "non_job_tasks": "drain"}}
+
+        def look(paths):
+            (tmp_path / "c.yaml").write_text(yaml.safe_dump({**doc, "filesystems": [
+                {"path": str(x), "timeout": 0.5} for x in paths]}))
+            r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "c.yaml"), "check", "--json"],
+                               capture_output=True, text=True, timeout=60, env={"SLURMD_NODENAME": "n1"})
+            rec = json.loads(r.stdout)
+            return [f for c in rec["checks"] for f in c["findings"] if f["evidence"].get("pid") == p.pid]
+
+        # The task alone, first seen now: watched, the grace (10 minutes) not over.
+        assert [f["status"] for f in look([tmp_path])] == ["watching"]
+        # Its mount's own probe hangs too: stuck at once, the node's, saying why.
+        [f] = look([tmp_path, m.path])
+        assert (f["status"], f["severity"], f["evidence"]["cause"]) == ("stuck", "fail", "shared_filesystem"), f
+        assert f"corroborated by the hung probe of {m.path}" in f["detail"]
+    finally:
+        p.kill()

@@ -356,6 +356,9 @@ class StuckTasksCheck:
             f = self.finding(ctx, d)
             if f is not None:
                 out.append(f)
+        hung = _hung_probes(ctx, outcomes) if watching else {}
+        if hung:
+            watching = self._corroborated(ctx, watching, hung, kernel, out)
         for b, held in watching:
             ref = self._ref(b.pid, b.uid)
             if ref is not None and not ref.belongs_to(ctx.node):
@@ -369,6 +372,30 @@ class StuckTasksCheck:
         if self._scan_note:
             ctx.notes.append(self._scan_note)
         return out
+
+    def _corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
+        """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
+        own probe hung in this run, needs no long grace: two witnesses agree. Its
+        finding goes to `out`; the tasks still only watched are returned."""
+        pending: dict[int, list] = {}
+        for b, held in watching:
+            pending.setdefault(b.pid, []).append((b, held))
+        left = []
+        promoted = set()
+        for d in self.diagnose(ctx, pending, kernel):
+            path = hung.get(d.mount_dev) if d.mount_dev else None
+            if path is None or d.cause not in waits.NODE_CAUSES:
+                continue
+            d.how.append(f"corroborated: the probe of {path} on the same mount hung in this run")
+            f = self.finding(ctx, d)
+            if f is not None:
+                f.detail = f"corroborated by the hung probe of {path}, before the grace; " + f.detail
+                out.append(f)
+                promoted.add(d.sample.pid)
+        for b, held in watching:
+            if b.pid not in promoted:
+                left.append((b, held))
+        return left
 
     def _resample(self, ctx: Context, previous) -> list[tuple]:
         """[(first sample this run or None, fresh sample)] for tasks still in D.
@@ -617,6 +644,20 @@ class StuckTasksCheck:
                        job=ref.job if ref else None,
                        incident=incident, reason=reason, needs_reboot=True,
                        hard=True, resumable=False)
+
+
+def _hung_probes(ctx: Context, outcomes: dict) -> dict[str, str]:
+    """Device (major:minor) -> path of each filesystem probe that hung in this run, or
+    is still stuck from an earlier one: the mount's own witness."""
+    from ..runner import HUNG, STILL_HUNG
+    out = {}
+    for key, o in outcomes.items():
+        if key.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG):
+            path = key.split(":", 1)[1]
+            m = ctx.mounts.holding(path)
+            if m is not None and m.dev:
+                out[m.dev] = path
+    return out
 
 
 def _sigkill_pending(proc: str, pid: int, tid: int) -> bool:
