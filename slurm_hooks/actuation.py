@@ -411,7 +411,9 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
         if slurm is None:
             continue
         note = f"{cfg.reason_prefix} node {node}: {done.summary(r)}"
-        follow = [Action("comment", node=node, job=j, text=note, incident=a.incident, ran_here=True)
+        # Its own incident key: the diagnosis was recorded on the job already, this is news.
+        told = "+".join(f"{i}/recovery" for i in (a.incident or r.mountpoint).split("+"))
+        follow = [Action("comment", node=node, job=j, text=note, incident=told, ran_here=True)
                   for j in r.jobs]
         if done.recovered:
             follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))

@@ -106,6 +106,8 @@ def _killing_was_tried(f: Finding, ledger: dict, grace: float, now: float, reque
     entries = [ledger.get(f"{kind}:{f.job}:{f.incident or f.target}") for kind in ("requeue", "cancel")]
     ended = [e for e in entries if isinstance(e, dict) and e.get("ended")]
     if ended:
+        if f.evidence.get("sigkill_pending"):
+            return "tried"     # killed and still in D: the kernel says it will not die
         return "tried" if now - min(float(e["done"]) for e in ended) >= grace else "wait"
     if not requeue or any(isinstance(e, dict) for e in entries):
         return "not_ended"

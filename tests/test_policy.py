@@ -56,6 +56,12 @@ def test_a_reboot_waits_for_the_job_to_be_really_ended_and_the_task_to_outlive_i
     assert reboots({key: {"done": 70.0, "seen": 70.0, "ended": True}}, 100.0) == []
     [r] = reboots({key: {"done": 30.0, "seen": 30.0, "ended": True}}, 100.0)
     assert r.after_job is None
+    # Killed and still in D (SIGKILL pending): the kernel says it will not die; no need
+    # to wait out the grace.
+    f.evidence["sigkill_pending"] = True
+    [r] = reboots({key: {"done": 70.0, "seen": 70.0, "ended": True}}, 100.0)
+    assert r.after_job is None
+    f.evidence["sigkill_pending"] = False
     # The requeue was skipped (--no-requeue, an srun job): that ended nothing. The reboot
     # is asked only once Slurm says the job no longer runs here (actions._reboot).
     [r] = reboots({key: {"done": 30.0, "seen": 30.0, "ended": False}}, 100.0)
