@@ -274,6 +274,10 @@ def manpage_cli(parser=None) -> str:
         ".TP", _b(f"{d.prometheus_textfile_dir}/slurm_hooks_NODE.prom"),
         roff("Metrics for node_exporter's textfile collector, written by the health check when the "
              "directory exists."),
+        ".TP", _b(d.site_checks.dir + "/"),
+        roff("Site checks: executables with Nagios exit codes (0 OK, 1 WARNING, 2 CRITICAL drains, "
+             "3 UNKNOWN), the first line of output as the summary. One that anyone but root can "
+             "write, or in a directory anyone but root can write, is refused and never run."),
         ".TP", _b(config.CACHE_DIR),
         roff("Cache of validated configurations (tmpfs)."),
         ".TP", _b("/usr/share/slurm-hooks/prometheus/slurm-hooks-rules.yml"),

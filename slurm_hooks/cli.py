@@ -180,10 +180,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _check(cfg: Config, args) -> int:
     from . import engine, report
-    from .checks import REGISTRY
-    unknown = [n for n in args.names if n not in REGISTRY]
+    from .checks import names
+    known = names()              # other packages' checks (entry points) can be named too
+    unknown = [n for n in args.names if n not in known]
     if unknown:
-        print(f"slurm-hooks: unknown check {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}",
+        print(f"slurm-hooks: unknown check {', '.join(unknown)}; known: {', '.join(sorted(known))}",
               file=sys.stderr)
         return EXIT_USAGE
     record = engine.run(cfg, "check", names=args.names or None)

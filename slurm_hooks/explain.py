@@ -93,5 +93,5 @@ def _actions_since(runs: list[dict], first: dict) -> list[str]:
 
 def _explain_keys(check) -> tuple[str, ...]:
     """The evidence the check that made a finding says is worth showing, in order."""
-    from .checks import REGISTRY, check_class
-    return check_class(check).explain_keys if check in REGISTRY else ()
+    from .checks import check_class, names
+    return check_class(check).explain_keys if check in names() else ()

@@ -19,6 +19,7 @@ Series:
   slurm_hooks_last_run_timestamp_seconds{node,hook}
   slurm_hooks_last_success_timestamp_seconds{node,hook}    last run that was not unhealthy
   slurm_hooks_actions_total{node,kind,outcome}             counter, kept across runs
+  slurm_hooks_recoveries_total{node,mount,outcome}         counter: recovered, failed (recovery.py)
 """
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ _TAIL = {
     "slurm_hooks_last_run_timestamp_seconds": ("gauge", "When the last run started (Unix time)."),
     "slurm_hooks_last_success_timestamp_seconds": ("gauge", "When the last run that was not unhealthy started."),
     "slurm_hooks_actions_total": ("counter", "Actions slurm-hooks took or tried, by kind and outcome."),
+    "slurm_hooks_recoveries_total": ("counter", "Recoveries of a hung mount without a reboot, by mount and "
+                                     "outcome (recovered, failed: the reboot follows)."),
 }
 
 
 def _all_series() -> dict[str, tuple[str, str]]:
-    from .checks import REGISTRY, check_class
+    from .checks import check_class, names
     out = dict(_HEAD)
-    for name in REGISTRY:
+    for name in names():
         out.update(check_class(name).series)
     out.update(_TAIL)
     return out
@@ -66,7 +69,8 @@ def _labels(labels: dict) -> str:
     return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in labels.items()) + "}"
 
 
-def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None) -> str:
+def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None,
+           recoveries: dict | None = None) -> str:
     node, hook = record.node, record.hook
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
 
@@ -90,6 +94,9 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
     for key, n in sorted(counters.items()):
         kind, _, outcome = key.partition(":")
         add("slurm_hooks_actions_total", n, kind=kind, outcome=outcome)
+    for key, n in sorted((recoveries or {}).items()):
+        mount, _, outcome = key.rpartition("|")
+        add("slurm_hooks_recoveries_total", n, mount=mount, outcome=outcome)
 
     out = []
     for name, (kind, text) in HELP.items():
@@ -143,6 +150,18 @@ def write(directory: str, node: str, text: str) -> str | None:
                 pass
         os.close(dfd)
     return None
+
+
+def update_recoveries(counters: dict, results) -> dict:
+    """mount|outcome -> count, from this run's recover actions that were carried out."""
+    out = dict(counters)
+    for r in results:
+        rec = getattr(r.action, "recovery", None)
+        if r.action.kind != "recover" or rec is None or str(r.outcome) != "done":
+            continue
+        key = f"{rec.mountpoint}|{'recovered' if str(r.code) == 'recovered' else 'failed'}"
+        out[key] = int(out.get(key, 0)) + 1
+    return out
 
 
 def update_counters(counters: dict, results) -> dict:

@@ -193,8 +193,8 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
         point = next((p for p, r in recoverable.items() if r.probe == f.target), "")
         if f.check != "filesystem" or f.severity != FAIL or not point:
             continue
-        tried = ledger.get(f"recover:{node}:{point}")
-        if isinstance(tried, dict) and not tried.get("recovered"):
+        before = ledger.get(f"recover:{node}:{point}")
+        if isinstance(before, dict) and not before.get("recovered"):
             # Recovery was tried and the mount did not come back healthy: the reboot.
             if not any(x.kind in ("reboot", "recover") for x in out):
                 drain = next((x for x in out if x.kind == "drain"), None)
@@ -203,7 +203,7 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
                                   incident=point))
             continue
         if (f.status in ("hung", "still_hung") and int(counts.get(f"{f.check}:{f.target}", 0)) >= 2
-                and tried is None and not any(x.kind == "recover" for x in out)):
+                and before is None and not any(x.kind == "recover" for x in out)):
             on_it = [g for g in findings if g.check in ("stuck_tasks", "leftovers") and g.severity == FAIL
                      and g.evidence.get("mountpoint") == point and isinstance(g.evidence.get("pid"), int)]
             out.append(Action("recover", node=node, reason=f.reason_text, incident=point,

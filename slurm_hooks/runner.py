@@ -215,6 +215,19 @@ class Runner:
         self._dirty = True
         return True
 
+    def adopt(self, key: str, pid: int, start: int, since: float, step: str = "exec") -> bool:
+        """Remember a process a task's child started and could not kill (a site check's
+        program stuck in the kernel) as the stuck child of `key`: later runs then get
+        STILL_HUNG for the key, as for a stuck probe, and no second one is started.
+        False if that process (same pid and start) is gone already."""
+        st = proc_start_time(pid)
+        if st is None or st[1] != start or st[0] in ("Z", "X", "x"):
+            return False
+        self._registry()[key] = {"pid": pid, "start": start, "step": step, "since": since}
+        self._dirty = True
+        self._save()
+        return True
+
     # --- programs -------------------------------------------------------------------
     def command(self, key: str, argv: list, timeout: float, env: dict | None = None) -> CommandResult:
         """run_command() for a program that may get stuck in the kernel on what it looks

@@ -54,19 +54,23 @@ def _metrics(cfg: Config, record: RunRecord) -> None:
 def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
     saved = state.load("metrics")
     counters = saved.get("actions", {})
+    recoveries = saved.get("recoveries", {})
     last_success = dict(saved.get("last_success", {}))
     if record.actions:
-        from .metrics import update_counters
+        from .metrics import update_counters, update_recoveries
         counters = update_counters(counters, record.actions)
+        recoveries = update_recoveries(recoveries, record.actions)
     if record.status != UNHEALTHY:
         last_success[record.hook] = record.started
     new = {"actions": counters, "last_success": last_success}
+    if recoveries:
+        new["recoveries"] = recoveries
     if new != saved:
         state.save("metrics", new, durable=False)
     if record.hook == "healthcheck":
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir or "", record.node,
                     render(record, counters, last_success.get(record.hook),
-                           drained=state.load("drain").get("reason")))
+                           drained=state.load("drain").get("reason"), recoveries=recoveries))
         if err:
             record.local_errors.append(err)

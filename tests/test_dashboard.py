@@ -89,7 +89,8 @@ def test_covers_what_admins_asked_for(dashboard):
     titles = " | ".join(p["title"] for p in dashboard["panels"])
     exprs = " ".join(e for _, e in queries(dashboard))
     for words in ("Healthy nodes", "Nodes with warnings", "Drained by slurm-hooks", "Drained nodes by cause",
-                  "Probe latency per path", "Stuck tasks by job", "GPUs failing", "Actions taken"):
+                  "Probe latency per path", "Stuck tasks by job", "GPUs failing", "Actions taken",
+                  "Fabric ports down", "Fabric error growth", "Link flaps", "Site checks not ok"):
         assert words in titles, words
     assert "vector(10)" in exprs, "the filesystem deadline is drawn on the latency panel"
 
@@ -107,7 +108,10 @@ def test_every_query_names_only_slurm_hooks_metrics(dashboard):
              "slurm_hooks_filesystem_probe_latency_seconds", "slurm_hooks_filesystem_probe_info",
              "slurm_hooks_stuck_tasks", "slurm_hooks_gpu_health", "slurm_hooks_run_duration_seconds",
              "slurm_hooks_last_run_timestamp_seconds", "slurm_hooks_last_success_timestamp_seconds",
-             "slurm_hooks_actions_total"}
+             "slurm_hooks_actions_total", "slurm_hooks_fabric_port_up", "slurm_hooks_fabric_port_info",
+             "slurm_hooks_fabric_port_errors_total", "slurm_hooks_fabric_port_rate_bytes_per_second",
+             "slurm_hooks_fabric_port_flaps", "slurm_hooks_site_check_status",
+             "slurm_hooks_site_check_duration_seconds"}
     assert shown <= seen, f"not on the dashboard: {shown - seen}"
 
 

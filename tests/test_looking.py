@@ -149,12 +149,12 @@ def test_dry_runs_do_not_count_towards_hysteresis(world):
     assert n.run("healthcheck")["status"] == "unhealthy"
 
 
-@pytest.mark.parametrize("name", ["filesystem", "stuck_tasks", "gpu", "leftovers"])
+@pytest.mark.parametrize("name", ["filesystem", "stuck_tasks", "gpu", "leftovers", "fabric", "site"])
 def test_check_alone_writes_no_state(world, name):
     """Every registered check, run alone, leaves the state directory as it was (and a
     node never checked before gets no state directory at all)."""
     from slurm_hooks.checks import REGISTRY
-    assert sorted(REGISTRY) == sorted(["filesystem", "stuck_tasks", "gpu", "leftovers"])
+    assert sorted(REGISTRY) == sorted(["filesystem", "stuck_tasks", "gpu", "leftovers", "fabric", "site"])
     kernel, _, node = world
     kernel.write(XID_79)
     fresh = node("fresh")
@@ -200,9 +200,9 @@ def test_every_check_declares_what_it_keeps_shows_and_exports():
         f = Finding(name, "x", "ok", "ok", "x")
         assert all(s[0] in cls.series for s in cls.samples([f])), name
         _: Check = cls()            # the Protocol, for the type checker
-    assert for_hook("healthcheck") == ["filesystem", "stuck_tasks", "gpu"]
-    assert for_hook("prolog") == ["filesystem", "gpu"]
-    assert for_hook("epilog") == ["filesystem", "leftovers", "gpu"]
+    assert for_hook("healthcheck") == ["filesystem", "stuck_tasks", "gpu", "fabric", "site"]
+    assert for_hook("prolog") == ["filesystem", "gpu", "site"]
+    assert for_hook("epilog") == ["filesystem", "leftovers", "gpu", "site"]
     for module in ("metrics", "explain"):
         text = (ROOT / "slurm_hooks" / f"{module}.py").read_text()
         assert not [n for n in REGISTRY if f'== "{n}"' in text or f'"{n}": (' in text], f"{module}.py branches on a check"

@@ -57,7 +57,8 @@ def test_slurm_hooks_8_names_every_command_and_option(pages):
         assert name in text
     for code in (cli.EXIT_OK, cli.EXIT_UNHEALTHY, cli.EXIT_USAGE):
         assert f" {code} " in text
-    for path in (config.DEFAULT_PATH, config.ENV_VAR, "/var/lib/slurm-hooks", "/var/log/slurm-hooks/journal.jsonl"):
+    for path in (config.DEFAULT_PATH, config.ENV_VAR, "/var/lib/slurm-hooks", "/var/log/slurm-hooks/journal.jsonl",
+                 "/etc/slurm-hooks/checks.d/"):
         assert path in text, path
 
 

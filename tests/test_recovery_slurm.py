@@ -19,6 +19,7 @@ import pytest
 from attacker import PY
 from helpers import journal, write_node_configs
 from mounts_fixtures import start_fuse
+from promseries import alert, input_series, parse, promtool_test, scrape_labels
 from test_security import mallory, mallory_session, sbatch_as  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cluster
@@ -42,14 +43,15 @@ def node_mount(mallory_session):  # noqa: F811
     m.close()
 
 
-def enable(cluster, tmp_path, m, remount, extra_conf=""):
+def enable(cluster, tmp_path, m, remount, extra_conf="", prom=None):
     marker = tmp_path / "rebooted"
     reboot = tmp_path / "reboot-program"
     reboot.write_text(f"#!/bin/sh\necho rebooted >> {marker}\n")
     reboot.chmod(0o755)
     fs = {"path": str(m.path), "mountpoint": str(m.path), "timeout": 1,
           "recover": {"method": "fuse-abort", "remount": remount, "wait": 5}}
-    wrapper = write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [fs]}}, {
+    n1 = {"filesystems": [fs], **({"prometheus_textfile_dir": str(prom)} if prom else {})}
+    wrapper = write_node_configs(tmp_path, cluster, {"n1": n1}, {
         "filesystems": [{"path": str(tmp_path)}],
         "stuck_tasks": {"grace": GRACE, "sample_window": 0.5}, "policy": {"resume_after": 1}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
@@ -79,7 +81,7 @@ def test_the_night_ends_without_a_reboot(clean_cluster, mallory, node_mount, tmp
     assert not actions(tmp_path, "n1", "reboot") and not marker.exists()
     assert "REBOOT" not in cluster.node_state("n1")
     comment = cluster.show_job(job)["AdminComment"]
-    assert f"job {job}" in comment and "recovered without reboot (fuse-abort" in comment, comment
+    assert f"job {job}" in comment and "recovered without reboot (fuse-abort" in comment, [(a["outcome"], a["code"], a["message"][:150], a["text"][-80:]) for a in actions(tmp_path, "n1", "comment")]
     assert all(r["status"] != "unhealthy" for n in ("n2", "n3") for r in journal(tmp_path, n))
 
 
@@ -87,7 +89,9 @@ def test_a_recovery_that_does_not_bring_the_mount_back_ends_in_the_reboot(clean_
                                                                            tmp_path):
     cluster = clean_cluster
     m, _ = node_mount
-    enable(cluster, tmp_path, m, ["/bin/false"])
+    prom = tmp_path / "prom"
+    prom.mkdir()
+    enable(cluster, tmp_path, m, ["/bin/false"], prom=prom)
     stuck_job(cluster, mallory, m)
     [rec] = cluster.wait_for(lambda: actions(tmp_path, "n1", "recover"), GRACE + 8 * INTERVAL + 20,
                              what="a recovery")
@@ -98,3 +102,16 @@ def test_a_recovery_that_does_not_bring_the_mount_back_ends_in_the_reboot(clean_
     assert "REBOOT" in cluster.node_state("n1")
     assert len(actions(tmp_path, "n1", "recover")) == 1, "once per incident"
     cluster.scontrol("cancel_reboot", "n1", check=False)
+    # The counter a real run wrote, and the alert on it (promtool).
+    samples = parse((prom / "slurm_hooks_n1.prom").read_text())
+    assert [(s.labels["mount"], s.labels["outcome"], s.value) for s in samples
+            if s.name == "slurm_hooks_recoveries_total"] == [(str(m.path), "failed", 1.0)]
+    before = [s for s in samples if s.name != "slurm_hooks_recoveries_total"]
+    promtool_test(tmp_path, [{
+        "interval": "1m", "input_series": input_series([(0, before), (3, samples)], "n1", 40),
+        "alert_rule_test": [
+            {"eval_time": "5m", "alertname": "SlurmHooksRecoveryFailed",
+             "exp_alerts": [alert("SlurmHooksRecoveryFailed",
+                                  f"Recovery of {m.path} without a reboot failed on node n1",
+                                  mount=str(m.path), outcome="failed", **scrape_labels("n1"))]},
+            {"eval_time": "40m", "alertname": "SlurmHooksRecoveryFailed", "exp_alerts": []}]}])

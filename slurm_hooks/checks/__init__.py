@@ -71,20 +71,45 @@ REGISTRY: dict[str, tuple[str, tuple[str, ...]]] = {
     "stuck_tasks": ("slurm_hooks.checks.stuck_tasks", ("check", "healthcheck")),
     "leftovers": ("slurm_hooks.checks.leftovers", ("epilog",)),
     "gpu": ("slurm_hooks.checks.gpu", ("check", "healthcheck", "prolog", "epilog")),
+    "fabric": ("slurm_hooks.checks.fabric", ("check", "healthcheck")),
+    # Every run: each of the site's executables says in which runs it takes part.
+    "site": ("slurm_hooks.checks.site", ("check", "healthcheck", "prolog", "epilog")),
 }
 
 
 def for_hook(hook: str) -> list[str]:
-    """The checks a run of `hook` (check, healthcheck, prolog, epilog) includes."""
-    return [name for name, (_, hooks) in REGISTRY.items() if hook in hooks]
+    """The checks a run of `hook` (check, healthcheck, prolog, epilog) includes; the
+    other packages' checks (entry points) after the built-in ones, each of which says
+    itself (`hooks`) in which runs it takes part."""
+    return [name for name, (_, hooks) in REGISTRY.items() if hook in hooks] + plugins()
+
+
+def plugins() -> list[str]:
+    """Names of the checks other packages register (entry points), built-ins' excepted."""
+    from .entry_points import discover
+    return [name for name in discover() if name not in REGISTRY]
+
+
+def names() -> list[str]:
+    """Every check: the built-in ones, then the other packages'."""
+    return list(REGISTRY) + plugins()
+
+
+_plugin_classes: dict[str, type] = {}
 
 
 def check_class(name: str) -> type[Check]:
-    try:
-        # __import__ rather than importlib.import_module: importlib imports warnings.
-        module = __import__(REGISTRY[name][0], fromlist=["CHECK"])
-    except KeyError:
-        raise ValueError(f"unknown check {name!r}; known: {', '.join(sorted(REGISTRY))}") from None
+    if name not in REGISTRY:
+        from .entry_points import check_class as plugin_class
+        from .entry_points import discover
+        found = discover()
+        if name in found:
+            if name not in _plugin_classes:
+                _plugin_classes[name] = plugin_class(name, found[name])
+            return _plugin_classes[name]
+        raise ValueError(f"unknown check {name!r}; known: {', '.join(sorted(names()))}")
+    # __import__ rather than importlib.import_module: importlib imports warnings.
+    module = __import__(REGISTRY[name][0], fromlist=["CHECK"])
     return module.CHECK
 
 
