@@ -211,14 +211,17 @@ def _mnt_of(fd: int) -> int | None:
     return procfs.mnt_id(os.getpid(), fd, "/proc")
 
 
-def walk(progress, pid: int, proc: str, start: str, path: str) -> dict:
+def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = ()) -> dict:
     """Runs in a hang-safe child: resolves `path` as the task would, from its root (an
     absolute path) or from `start` ("cwd" or "fd/N"), and returns the mount id of what
     it reaches ({"mnt_id", "end": found | missing | loop | error}).
 
     O_PATH opens only look names up: nothing is read or opened for real. Before each
     lookup the child reports `mnt N` for the directory it looks in: if the lookup never
-    returns, the runner's last step names the mount that does not answer."""
+    returns, the runner's last step names the mount that does not answer. A directory
+    on a mount in `stop` (the user's own) ends the walk there: the place is found, and
+    nothing of theirs is looked into."""
+    stops = set(stop)
     root = os.open(f"{proc}/{pid}/root", _PATH | os.O_DIRECTORY)
     cur = os.dup(root) if path.startswith("/") else os.open(f"{proc}/{pid}/{start}", _PATH)
     parts = path.split("/")
@@ -229,7 +232,10 @@ def walk(progress, pid: int, proc: str, start: str, path: str) -> dict:
         name = parts.pop()
         if name in ("", "."):
             continue
-        progress(f"mnt {_mnt_of(cur)}")
+        here = _mnt_of(cur)
+        if here in stops:
+            return {"mnt_id": here, "end": "user mount"}
+        progress(f"mnt {here}")
         if name == ".." and above:
             os.close(cur)
             cur = above.pop()

@@ -93,6 +93,8 @@ class Stuck:
     walk: dict = field(default_factory=dict)        # how resolving its path argument went
     how: list[str] = field(default_factory=list)    # how the place was proven, or why not
     mount_dev: str = ""                 # the proven mount's device (major:minor)
+    table: MountTable | None = None     # its own mount table, read whole
+    table_cut: bool = False
     sigkill: bool = False               # a SIGKILL is pending and the task is still in D
 
 
@@ -500,12 +502,17 @@ class StuckTasksCheck:
                 # For people only: where the path leads is the walk's to say, not this string.
                 d.file = path if base == "root" else os.path.join(
                     procfs.readlink(f"{self.proc}/{d.sample.pid}/{base}") or "", path)
-                if inspect_stuck + len(walks) < INSPECT_STUCK_MAX:
+                if inspect_stuck < INSPECT_STUCK_MAX and len(walks) < INSPECT_PER_RUN:
+                    # Never into a user's own mount: reaching it is the answer, and its
+                    # server is theirs to stall (a walk stuck there is one reader fewer).
+                    theirs = sorted(m.mount_id for m in self._table(d)
+                                    if waits.owner(m, self._table(d), ctx.mounts, d.sample.uid)[0] == "user")
                     walks.append((d, Task(f"{NAME}:walk:{d.sample.pid}:{d.sample.start}", waits.walk,
-                                          (d.sample.pid, self.proc, base, path),
+                                          (d.sample.pid, self.proc, base, path, theirs),
                                           ctx.config.stuck_tasks.inspect_timeout)))
                 else:
-                    d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"}
+                    d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"
+                              if inspect_stuck >= INSPECT_STUCK_MAX else f"at most {INSPECT_PER_RUN} per run"}
         if walks:
             done = ctx.runner.run([t for _, t in walks])
             for d, t in walks:
@@ -528,11 +535,18 @@ class StuckTasksCheck:
             d.fd, d.file = call.fd, call.file
         return call.addrs
 
+    def _table(self, d: Stuck) -> MountTable:
+        """The task's own mount table, read whole once (procfs.read_whole)."""
+        if d.table is None:
+            data, d.table_cut = procfs.read_whole(f"{self.proc}/{d.sample.pid}/mountinfo", procfs.MOUNTINFO_MAX)
+            d.table = MountTable(parse_mountinfo(data.decode("utf-8", "surrogateescape"))) if data else MountTable([])
+        return d.table
+
     def _locate(self, ctx: Context, d: Stuck) -> None:
         """Whose the place is that the task waits on, from the kernel's ids alone (waits.py)."""
         pid = d.sample.pid
-        data, cut = procfs.read_whole(f"{self.proc}/{pid}/mountinfo", procfs.MOUNTINFO_MAX)
-        table = MountTable(parse_mountinfo(data.decode("utf-8", "surrogateescape"))) if data else MountTable([])
+        table = self._table(d)
+        cut = d.table_cut
         candidates: list[tuple] = []
         for fd in d.fds:
             mid = procfs.mnt_id(pid, fd, self.proc)
