@@ -2,10 +2,12 @@
 BENCHMARKS.md).
 
 1. 3-node test cluster, a 3-rank job (one rank on a never-released lock): diagnose
-   wall time with and without stacks (median of 5); with n3's slurmd stopped
-   (SIGSTOP) and --timeout 5. Targets: <= 3 s without stacks; <= timeout + 2 s.
+   wall time with and without stacks (median of 5), through each fan-out: ClusterShell
+   over ssh as root (an sshd on loopback, tests/sshd.py) and srun --overlap; with b3's
+   sshd (clush) or slurmd (srun) stopped (SIGSTOP) and --timeout 5. Targets: <= 2 s;
+   a node that does not answer costs only the deadline (<= timeout + 2 s).
 2. 32-node test cluster (32 `slurmd -N` here), a 32-rank job: diagnose wall time
-   (median of 3). Target: < 10 s, the odd rank named.
+   (median of 3), each fan-out. Target: <= 5 s, the odd rank named.
 3. The same 32 nodes, one filesystem outage (a required mount missing on every node),
    32 health checks started at the same moment, five times from a clean cluster: nodes
    drained against the breaker's limit (3), slurmctld RPCs by type from `sdiag` (reset
@@ -13,7 +15,7 @@ BENCHMARKS.md).
    Slurm's library against scontrol.
 
 Run as root from the repository (needs the Slurm test-cluster packages, see tests/run.sh):
-    .venv/bin/python bench/diagnose.py
+    .venv/bin/python bench/diagnose.py [--diagnose-only]
 """
 from __future__ import annotations
 
@@ -55,20 +57,24 @@ def start_job(cluster, tmp: Path, odd: int) -> int:
     return job
 
 
-def diagnose(cluster, tmp: Path, job: int, *args) -> tuple[float, str]:
-    conf = tmp / f"{cluster.cluster_name}.yaml"
+SSH_OPTIONS: list[str] = []          # the bench's sshd (main() starts it)
+
+
+def diagnose(cluster, tmp: Path, job: int, *args, fanout: str = "clush") -> tuple[float, str]:
+    conf = tmp / f"{cluster.cluster_name}-{fanout}.yaml"
     conf.write_text(yaml.safe_dump({"journal": str(tmp / "j.jsonl"), "state_dir": str(tmp / "st"),
-                                    "slurm": cluster.hooks_slurm()}))
+                                    "slurm": cluster.hooks_slurm(),
+                                    "diagnose": {"fanout": fanout, "ssh_options": SSH_OPTIONS}}))
     t0 = time.perf_counter()
     r = subprocess.run([str(BIN / "slurm-hooks"), "diagnose", str(job), *args], capture_output=True,
                        text=True, env={"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)})
     return time.perf_counter() - t0, r.stdout.splitlines()[1].strip() if r.stdout.count("\n") > 1 else r.stdout
 
 
-def median(cluster, tmp, job, runs, *args) -> str:
+def median(cluster, tmp, job, runs, *args, fanout: str = "clush") -> str:
     times, line = [], ""
     for _ in range(runs):
-        t, line = diagnose(cluster, tmp, job, *args)
+        t, line = diagnose(cluster, tmp, job, *args, fanout=fanout)
         times.append(t)
     return f"{statistics.median(times):.2f} s (min {min(times):.2f}, max {max(times):.2f}); {line[:120]}"
 
@@ -153,36 +159,71 @@ def node_list_reads(cluster, n: int = 20) -> None:
               f"{statistics.median(times) * 1000:.0f} ms (min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f})")
 
 
+def hung_node(cluster, tmp: Path, job: int, sshd, fanout: str) -> str:
+    """b3 stopped (SIGSTOP): its sshd for clush (a second sshd, b3 sent there), its
+    slurmd for srun."""
+    global SSH_OPTIONS
+    saved = SSH_OPTIONS
+    if fanout == "clush":
+        server = sshd.extra("b3-hung")
+        SSH_OPTIONS = sshd.options(sshd.config_with("b3-hung", {"b3": server.port}))
+        pid = server.pid
+    else:
+        pid = cluster.pids["b3"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        return median(cluster, tmp, job, 1, "--timeout", "5", "--no-stacks", fanout=fanout)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        SSH_OPTIONS = saved
+        if fanout == "clush":
+            server.stop()
+
+
 def main() -> None:
+    global SSH_OPTIONS
     from slurmcluster import SlurmCluster
+    from sshd import Sshd
     with tempfile.TemporaryDirectory(prefix="bench-diag-") as t:
         tmp = Path(t)
-        c3 = SlurmCluster(tmp / "c3", nodes=("b1", "b2", "b3"), cluster_name="bench3")
-        c3.start()
+        sshd = Sshd(tmp / "sshd", [f"b{i}" for i in range(1, 33)]).start()
+        SSH_OPTIONS = sshd.options()
         try:
-            job = start_job(c3, tmp, odd=1)
-            print("3 nodes, no stacks:", median(c3, tmp, job, 5, "--no-stacks"))
-            print("3 nodes, stacks:   ", median(c3, tmp, job, 5))
-            os.kill(c3.pids["b3"], signal.SIGSTOP)
-            try:
-                print("3 nodes, b3 stopped, --timeout 5:", median(c3, tmp, job, 1, "--timeout", "5", "--no-stacks"))
-            finally:
-                os.kill(c3.pids["b3"], signal.SIGCONT)
-            c3.cancel_all()
+            three_nodes(SlurmCluster, tmp, sshd)
+            thirty_two_nodes(SlurmCluster, tmp, diagnose_only="--diagnose-only" in sys.argv)
         finally:
-            c3.stop()
-        c32 = SlurmCluster(tmp / "c32", nodes=[f"b{i}" for i in range(1, 33)], cluster_name="bench32",
-                           start_timeout=180)
-        c32.start()
-        try:
-            job = start_job(c32, tmp, odd=17)
-            print("32 nodes, no stacks:", median(c32, tmp, job, 3, "--no-stacks"))
-            print("32 nodes, stacks:   ", median(c32, tmp, job, 3))
-            c32.cancel_all()
+            sshd.stop()
+
+
+def three_nodes(SlurmCluster, tmp: Path, sshd) -> None:
+    c3 = SlurmCluster(tmp / "c3", nodes=("b1", "b2", "b3"), cluster_name="bench3")
+    c3.start()
+    try:
+        job = start_job(c3, tmp, odd=1)
+        for fanout in ("clush", "srun"):
+            print(f"3 nodes, {fanout}, no stacks:", median(c3, tmp, job, 5, "--no-stacks", fanout=fanout))
+            print(f"3 nodes, {fanout}, stacks:   ", median(c3, tmp, job, 5, fanout=fanout))
+            print(f"3 nodes, {fanout}, b3 stopped, --timeout 5:", hung_node(c3, tmp, job, sshd, fanout))
+        c3.cancel_all()
+    finally:
+        c3.stop()
+
+
+def thirty_two_nodes(SlurmCluster, tmp: Path, diagnose_only: bool) -> None:
+    c32 = SlurmCluster(tmp / "c32", nodes=[f"b{i}" for i in range(1, 33)], cluster_name="bench32",
+                       start_timeout=180)
+    c32.start()
+    try:
+        job = start_job(c32, tmp, odd=17)
+        for fanout in ("clush", "srun"):
+            print(f"32 nodes, {fanout}, no stacks:", median(c32, tmp, job, 3, "--no-stacks", fanout=fanout))
+            print(f"32 nodes, {fanout}, stacks:   ", median(c32, tmp, job, 3, fanout=fanout))
+        c32.cancel_all()
+        if not diagnose_only:
             node_list_reads(c32)
             storm(c32, tmp)
-        finally:
-            c32.stop()
+    finally:
+        c32.stop()
 
 
 if __name__ == "__main__":

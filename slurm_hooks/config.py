@@ -369,6 +369,22 @@ class DiagnoseConfig:
     on_requeue_timeout: float = setting(20.0, kind="seconds",
                                         doc="Deadline of that picture (the health check has 60 s "
                                         "in all).")
+    fanout: str = setting("auto", kind="enum", choices=("auto", "clush", "srun"),
+                          doc="How the collector reaches the job's nodes: `clush` (ClusterShell over "
+                          "ssh as root, outside the job: the only way root reaches another user's job, "
+                          "since Slurm creates a step in a job only for its owner), `srun` (`srun "
+                          "--overlap` in the job, for its owner), `auto` (clush when the caller is root "
+                          "and ClusterShell is installed, else srun).")
+    ssh_user: str = setting("root", doc="clush: the user ssh logs in as on the nodes.")
+    ssh_options: list = setting([], kind="strlist",
+                                doc="clush: options given to ssh (`[-F, /etc/slurm-hooks/ssh_config]`, "
+                                "`[-p, 2222]`), before slurm-hooks' own (BatchMode, ConnectTimeout).")
+    ssh_connect_timeout: float = setting(5.0, kind="seconds", min=1,
+                                         doc="clush: how long ssh may take to connect to a node (never "
+                                         "more than the deadline).")
+    fanout_width: int = setting(64, kind="int", min=1, max=4096,
+                                doc="clush: how many nodes are reached at once (ClusterShell's fan-out "
+                                "window).")
 
 
 @dataclass
@@ -972,13 +988,6 @@ def _mount_kind(fs: FilesystemConfig) -> str | None:
         return None
     m = table.at(fs.mountpoint or fs.path)
     return m.fstype if m is not None else None
-
-
-def _child_value(node, key):
-    for k, v in getattr(node, "value", ()):
-        if getattr(k, "value", None) == key:
-            return v
-    return node
 
 
 def _item(node, i):

@@ -3,15 +3,22 @@
 A hung job is usually many ranks waiting in a collective for one rank that is doing
 something else: blocked in a write on a dead filesystem, stuck on a lock, in another
 collective. Looking at one node shows only waiting ranks. This command runs the
-per-node collector (`slurm-hooks job-report JOBID --json`, jobreport.py) on every node
-of the job in one step through Slurm itself (`srun --jobid=J --overlap`: it works for
-batch and interactive jobs and any launcher inside them), reads one JSON document per
-node from srun's labelled output, groups the ranks by what they do (same kernel wait,
-same system call and filesystem, or the same top Python frames) and names the
-minority first.
+per-node collector (`slurm-hooks job-report JOBID --node N --json`, jobreport.py) on
+every node of the job, reads one JSON document per node, groups the ranks by what they
+do (same kernel wait, same system call and filesystem, or the same top Python frames)
+and names the minority first.
 
-Nothing here can hang: srun runs through runner.run_command with the deadline, and
-the output of the nodes that answered is kept when it fires. A node that did not
+Two ways onto the nodes (`diagnose.fanout`):
+- `clush`: ClusterShell over ssh as root (fanout.py), outside the job. The only way
+  root reaches another user's job: Slurm creates a step in a job for its owner only.
+  Every answer is keyed by the node ssh reached, never by what the document says.
+- `srun`: `srun --jobid=J --overlap` inside the job, for a caller who owns it (it works
+  for batch and interactive jobs and any launcher inside them); keyed by the node each
+  document names, which its owner could forge: the owner's own view of their own job.
+`auto`: clush when the caller is root and ClusterShell is installed, else srun.
+
+Nothing here can hang: the fan-out runs through runner.run_command with the deadline,
+and the output of the nodes that answered is kept when it fires. A node that did not
 answer is itself a finding ("n17 did not answer within 20 s"). The collector has its
 own, shorter deadline, so a stuck node does not leave it behind for long.
 
@@ -78,6 +85,7 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     others: int = 0                 # job processes that are not ranks (batch shell, srun, launchers)
     elapsed: float = 0.0
+    fanout: str = ""                # how the nodes were reached (FANOUT_WORDS)
     reports: list[dict] = field(default_factory=list)
 
     @property
@@ -94,7 +102,44 @@ class Diagnosis:
 
 
 class DiagnoseError(Exception):
-    """The job cannot be looked at (unknown, not running, Slurm unreachable)."""
+    """The job cannot be looked at (unknown, not running, Slurm unreachable, no way
+    onto its nodes)."""
+
+
+CLUSH, SRUN = "clush", "srun"
+FANOUT_WORDS = {CLUSH: "ClusterShell over ssh as root", SRUN: "srun --overlap in the job"}
+SRUN_REFUSED = ("Slurm creates a step in a job only for its owner: as root, reach the nodes with "
+                "ClusterShell over ssh (diagnose.fanout: clush or auto)")
+SSH_HOWTO = ("allow root ssh from here to the nodes: a key or host-based authentication, "
+             "diagnose.ssh_user, diagnose.ssh_options")
+
+
+@dataclass
+class JobInfo:
+    """What Slurm says of the job (squeue's fields): its nodes and its owner."""
+    job: str
+    nodes: list[str]
+    owner: str                      # "user(uid)" as squeue gives it
+    uid: int | None
+
+
+def choose_fanout(setting: str, caller: int, job: JobInfo) -> str:
+    """clush or srun for this caller and job, or DiagnoseError saying why neither can
+    reach the nodes and how to make one work."""
+    from .fanout import clustershell_missing
+    missing = clustershell_missing() if setting in (CLUSH, "auto") else None
+    if setting == CLUSH:
+        if missing:
+            raise DiagnoseError(f"cannot reach the nodes of job {job.job} (diagnose.fanout: clush): {missing}")
+        return CLUSH
+    if setting == SRUN:
+        return SRUN
+    if caller == 0 and not missing:
+        return CLUSH
+    if caller == 0 and job.uid != 0:
+        raise DiagnoseError(f"cannot reach the nodes of job {job.job} of {job.owner} as root: {SRUN_REFUSED}; "
+                            f"{missing}, then {SSH_HOWTO}")
+    return SRUN
 
 
 # --- fan-out ---------------------------------------------------------------------------
@@ -146,10 +191,11 @@ def step_env(slurm) -> dict:
     return env
 
 
-def fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeout: float,
-            sample: float, stacks: bool, asked: float | None = None) -> tuple[list[dict], dict[str, str]]:
-    """Node reports and {node: why none} for the nodes that gave none. `asked`: the
-    deadline the user gave, for the message (timeout is what is left of it)."""
+def srun_fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeout: float,
+                 sample: float, stacks: bool, asked: float | None = None) -> tuple[list[dict], dict[str, str]]:
+    """Node reports and {node: why none} for the nodes that gave none, through srun
+    in the job. `asked`: the deadline the user gave, for the message (timeout is what
+    is left of it)."""
     from .runner import run_command
     srun = os.path.join(os.path.dirname(slurm.scontrol or ""), "srun")
     if slurm.scontrol is None or not os.access(srun, os.X_OK):
@@ -168,8 +214,75 @@ def fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeout: fl
         else:
             out = printable(r.stdout.strip().splitlines()[0][:200]) if r.stdout.strip() else "nothing"
             said = said or (errors[-1] if errors else f"srun exited with status {r.rc}, its output: {out}")
-            missing[node] = f"{node} gave no report: {said[:300]}"
+            refused = " (" + SRUN_REFUSED + ")" if "Access/permission denied" in said else ""
+            missing[node] = f"{node} gave no report: {said[:300]}{refused}"
     return reports, missing
+
+
+def clush_fan_out(cfg, job: str, nodes: list[str], collector: list[str], timeout: float,
+                  sample: float, stacks: bool, asked: float | None = None) -> tuple[list[dict], dict[str, str]]:
+    """Node reports and {node: why none}, through ClusterShell over ssh as root. Each
+    report is the node's by the ssh connection it came back on."""
+    from . import fanout
+    dc = cfg.diagnose
+    ssh = fanout.SshSettings(user=dc.ssh_user, options=list(dc.ssh_options), width=dc.fanout_width,
+                             connect_timeout=dc.ssh_connect_timeout)
+    per_node = max(0.5, timeout - fanout.DRIVER_MARGIN)
+    command = fanout.remote_command(collector, job, sample, max(1.0, per_node - fanout.SSH_MARGIN), stacks,
+                                    os.environ.get("SLURM_HOOKS_CONFIG"))
+    answers, said = fanout.run(nodes, command, ssh, timeout)
+    reports, missing = [], {}
+    for node in nodes:
+        a = answers.get(node)
+        doc = node_document(a.stdout) if a is not None and a.rc == 0 else None
+        if doc is None:
+            missing[node] = _no_answer(node, a, asked or timeout, ssh.user, said)
+            continue
+        reports.append(_keyed(doc, node, job))
+    return reports, missing
+
+
+def node_document(stdout: str) -> dict | None:
+    """The collector's one JSON line (its last), made printable; None without one."""
+    for line in reversed(stdout.splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        return printable_tree(doc) if isinstance(doc, dict) else None
+    return None
+
+
+def _keyed(doc: dict, node: str, job: str) -> dict:
+    """The report as the node's that ssh reached: a document that names another node
+    (or job) is put right and says so."""
+    claimed, claimed_job = doc.get("node"), doc.get("job")
+    doc["node"], doc["job"] = node, job
+    notes = [n for n in doc.get("notes") or [] if isinstance(n, str)]
+    if claimed != node:
+        notes.append(f"its report named node '{printable(str(claimed))[:64]}': kept as {node}'s, "
+                     "the node ssh reached")
+    if claimed_job != job:
+        notes.append(f"its report named job '{printable(str(claimed_job))[:32]}': kept as job {job}'s")
+    doc["notes"] = notes
+    return doc
+
+
+def _no_answer(node: str, a, deadline: float, user: str, said: str) -> str:
+    """Why a node gave no report, in the words an admin acts on."""
+    err = [printable(ln.strip()) for ln in (a.stderr if a else "").splitlines() if ln.strip()]
+    last = err[-1][:300] if err else ""
+    if a is None or a.timed_out:
+        why = last or (said if a is None else "")
+        return f"{node} did not answer within {deadline:g} s" + (f" ({why})" if why else "")
+    if a.rc == 255 and "timed out" in last.lower():
+        return f"{node} did not answer: ssh: {last}"          # a hung sshd, or a node gone
+    if a.rc == 255:
+        return f"{node} gave no report: ssh as {user} failed: {last or 'no message'} ({SSH_HOWTO})"
+    if a.rc != 0:
+        return f"{node} gave no report: the collector exited with status {a.rc}" + (f": {last}" if last else "")
+    out = printable(a.stdout.strip().splitlines()[0][:200]) if a.stdout.strip() else "nothing"
+    return f"{node} gave no report: its output was {out}"
 
 
 def parse_labelled(stdout: str, nodes: list[str]) -> tuple[list[dict], set[str]]:
@@ -260,14 +373,16 @@ def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
             where = f" on {shorten_path(t['file'], 100)} ({fs}D"
         else:
             where = f" at {t.get('wchan') or '?'} (D"
-        if t.get("progress") is False and t.get("d_seconds") is not None:
-            progress = f" for {duration(t['d_seconds'], t.get('d_at_least', False))}"
+        held = _d_for(t)
+        if held:
+            progress = f" for {held}"
         else:
             progress = {False: ", no progress", True: ", progressing"}.get(t.get("progress"), "")
         what = f"in {call}{where}{progress})"
         if t.get("frames"):
             what += f" from {_frame_key(t['frames'][0])}"
         detail.append(f"thread {t['tid']} {t.get('name') or t.get('comm', '')}: wchan {t.get('wchan') or '?'}"
+                      + (f", D for {held}" if held else "")
                       + (f"; {' < '.join(t['frames'][:4])}" if t.get("frames") else ""))
         return ("D", t.get("syscall"), t.get("mountpoint") or t.get("file") or t.get("wchan")), what, True, detail
     main = _main_thread(task)
@@ -296,18 +411,33 @@ def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
     return key, what, False, detail
 
 
-def _ranks(report: dict, steps_ranked: bool) -> tuple[list[dict], int]:
+def _d_for(thread: dict) -> str:
+    """How long a thread without progress has been in D ("1h03m", "≥40s"), or ""."""
+    seconds = thread.get("d_seconds")
+    if thread.get("progress") is True or not isinstance(seconds, (int, float)):
+        return ""
+    return duration(seconds, bool(thread.get("d_at_least", False)))
+
+
+def _ranks(report: dict, steps_ranked: bool, runtime_ranked: bool = False) -> tuple[list[dict], int]:
     """The tasks that are ranks (one per rank: a rank's own children, such as data
     loader workers, inherit its RANK and are not counted again), and how many other
     processes the job has here. The batch script's shell and its srun carry
-    SLURM_PROCID=0 too: when the ranks run in steps, the batch step holds none."""
+    SLURM_PROCID=0 too: when the ranks run in steps, the batch step holds none.
+    `runtime_ranked`: the job's runtime numbers its ranks (RANK, the MPI rank): then a
+    process with SLURM_PROCID alone is a launcher (mpirun, Open MPI's orted, torchrun's
+    agent, the batch shell), and a rank may live in the batch step (mpirun's own node)."""
     tasks = report.get("tasks") or []
     by_pid = {t["pid"]: t for t in tasks}
-    ranked = [t for t in tasks if t.get("rank") is not None
-              and not (steps_ranked and t.get("step") == "batch")]
+    if runtime_ranked:
+        ranked = [t for t in tasks if t.get("rank") is not None and t.get("rank_var") != "SLURM_PROCID"]
+    else:
+        ranked = [t for t in tasks if t.get("rank") is not None
+                  and not (steps_ranked and t.get("step") == "batch")]
     if ranked:
-        top = [t for t in ranked
-               if not (by_pid.get(t.get("ppid")) or {}).get("rank") == t["rank"]]
+        # A parent counts only as a rank itself: orted's SLURM_PROCID equals its rank's.
+        ids = {t["pid"] for t in ranked}
+        top = [t for t in ranked if not (t.get("ppid") in ids and by_pid[t["ppid"]].get("rank") == t["rank"])]
         return top, len(tasks) - len(top)
     # No rank variables: every process outside the batch script's step is a member.
     work = [t for t in tasks if t.get("step") != "batch"]
@@ -321,9 +451,11 @@ def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str
     gpus = []
     steps_ranked = any(t.get("rank") is not None and t.get("step") != "batch"
                        for rep in reports for t in rep.get("tasks") or [])
+    runtime_ranked = any(t.get("rank") is not None and t.get("rank_var") not in (None, "SLURM_PROCID")
+                         for rep in reports for t in rep.get("tasks") or [])
     for rep in reports:
         node = rep.get("node", "?")
-        members, others = _ranks(rep, steps_ranked)
+        members, others = _ranks(rep, steps_ranked, runtime_ranked)
         d.others += others
         for note in rep.get("notes") or []:
             d.notes.append(f"{node}: {note}")
@@ -377,8 +509,15 @@ def _gpu_summary(gpus: list[tuple]) -> str:
         return f"all {busy} GPUs busy"
     if not busy:
         return f"all {len(idle)} GPUs idle"
-    named = ", ".join(f"GPU{i} on {n}" for n, i in idle[:3]) + (", ..." if len(idle) > 3 else "")
-    return f"{named} idle, {busy} GPU{'s' if busy != 1 else ''} busy"
+    # The asymmetry that gives a hang away (the incident: rank 0's GPU at 0 % while the
+    # 63 others spin in NCCL), each idle GPU with the rank that holds it.
+    named = ", ".join(_idle_gpu(n, i, *seen[(n, i)]) for n, i in idle[:3]) + (", ..." if len(idle) > 3 else "")
+    return f"{named} while {busy} GPU{'s' if busy != 1 else ''} busy"
+
+
+def _idle_gpu(node: str, index, util, rank) -> str:
+    held = f" of rank {rank}" if rank is not None else ""
+    return f"GPU{index}{held} on {node} at {'?' if util is None else util}%"
 
 
 def summarise(d: Diagnosis) -> str:
@@ -407,8 +546,9 @@ def summarise(d: Diagnosis) -> str:
 # --- output -----------------------------------------------------------------------------
 def render(d: Diagnosis) -> str:
     answered = len(d.nodes) - len(d.missing)
+    how = f", through {FANOUT_WORDS[d.fanout]}" if d.fanout in FANOUT_WORDS else ""
     lines = [f"job {d.job}: {len(d.nodes)} node{'s' if len(d.nodes) != 1 else ''} "
-             f"({answered} answered), {d.total} ranks, {d.elapsed:.1f}s",
+             f"({answered} answered), {d.total} ranks, {d.elapsed:.1f}s{how}",
              f"  {d.summary}", ""]
     for i, g in enumerate(d.groups, 1):
         mark = "!" if g.suspicious else " "
@@ -438,15 +578,28 @@ def render_node(report: dict) -> str:
 
 # --- the command, and the health check's capture ------------------------------------------
 def diagnose(cfg, job: str, timeout: float, stacks: bool, sample: float | None = None) -> Diagnosis:
+    started = time.monotonic()
+    slurm, info = job_info(cfg, job)
+    path = choose_fanout(cfg.diagnose.fanout, os.geteuid(), info)
+    left = timeout - (time.monotonic() - started)
+    collector = list(cfg.diagnose.collector) or default_collector()
+    how = clush_fan_out if path == CLUSH else srun_fan_out
+    reports, missing = how(cfg if path == CLUSH else slurm, job, info.nodes, collector, max(left, 1.0),
+                           cfg.diagnose.sample if sample is None else sample, stacks, asked=timeout)
+    d = aggregate(job, info.nodes, reports, missing)
+    d.fanout = path
+    d.elapsed = round(time.monotonic() - started, 3)
+    return d
+
+
+def job_info(cfg, job: str):
+    """(the Slurm backend, JobInfo) of a running job, from squeue's fields; or
+    DiagnoseError."""
     from . import hostlist
     from .backend import open_backend
     from .slurm import SlurmError
-    started = time.monotonic()
     try:
         slurm = open_backend(cfg.slurm)
-    except SlurmError as e:
-        raise DiagnoseError(f"cannot ask Slurm about job {job}: {e}") from None
-    try:
         info = slurm.show_job(job)
     except SlurmError as e:
         raise DiagnoseError(f"cannot ask Slurm about job {job}: {e}") from None
@@ -461,13 +614,9 @@ def diagnose(cfg, job: str, timeout: float, stacks: bool, sample: float | None =
         raise DiagnoseError(f"job {job}: cannot read its NodeList: {e}") from None
     if not nodes:
         raise DiagnoseError(f"job {job} has no nodes")
-    left = timeout - (time.monotonic() - started)
-    collector = list(cfg.diagnose.collector) or default_collector()
-    reports, missing = fan_out(slurm, job, nodes, collector, max(left, 1.0),
-                               cfg.diagnose.sample if sample is None else sample, stacks, asked=timeout)
-    d = aggregate(job, nodes, reports, missing)
-    d.elapsed = round(time.monotonic() - started, 3)
-    return d
+    owner = printable(info.get("UserId", "?"))
+    uid = owner.rpartition("(")[2].rstrip(")")
+    return slurm, JobInfo(job=job, nodes=nodes, owner=owner, uid=int(uid) if uid.isdigit() else None)
 
 
 def record(cfg, d: Diagnosis) -> list[str]:
@@ -497,21 +646,26 @@ def record(cfg, d: Diagnosis) -> list[str]:
     return problems
 
 
+UNAVAILABLE = "job-wide picture unavailable"
+
+
 def capture(cfg, job: str, timeout: float | None = None) -> str:
-    """The health check's job-wide picture before a requeue: one line, or "" when it
-    is switched off or Slurm cannot run a step (no srun, slurmctld unreachable, the
-    job already gone). Never an exception, never past `timeout` (default: the
-    configured `diagnose.on_requeue_timeout`)."""
+    """The health check's job-wide picture before a requeue, through the same fan-out
+    as the command (from this node: root's ssh to the job's other nodes): one line,
+    "job-wide picture unavailable: why" when no node could be read, "" when it is
+    switched off. Never an exception, never past `timeout` (default: the configured
+    `diagnose.on_requeue_timeout`)."""
     if not cfg.diagnose.on_requeue:
         return ""
     try:
         d = diagnose(cfg, job, timeout or cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
-    except DiagnoseError:
-        return ""
+    except DiagnoseError as e:
+        return f"{UNAVAILABLE}: {one_line(str(e))[:400]}"
     except Exception as e:          # the requeue must go on whatever happened here
-        return f"job-wide picture not taken: {one_line(str(e))[:200]}"
+        return f"{UNAVAILABLE}: {one_line(str(e))[:200]}"
     if not d.reports:
-        return ""                   # no step ran anywhere: nothing learnt
+        why = "; ".join(d.missing[n] for n in sorted(d.missing, key=_natural)[:3])
+        return f"{UNAVAILABLE}: {one_line(why)[:400]}"
     return f"job-wide: {d.summary}"
 
 

@@ -1,7 +1,8 @@
 """`slurm-hooks job-report JOBID`: what every task of one job is doing on this node.
 
 The per-node half of `slurm-hooks diagnose` (diagnose.py runs it on every node of the
-job through `srun --overlap`), also usable by itself on a node. It must answer even
+job: as root over ssh through ClusterShell, outside the job, or as the job's owner
+through `srun --overlap`), also usable by itself on a node. It must answer even
 when a task of the job is stuck in the kernel, so it reads from its own process only
 what the kernel answers without the target's memory (stat, status, wchan, syscall, fd
 links: procfs.py) and leaves everything else to children with deadlines (runner.py):
@@ -39,7 +40,7 @@ import sys
 import time
 
 from . import procfs
-from .checks.stuck_tasks import rank_from, read_task_memory, syscall_of
+from .checks.stuck_tasks import read_task_memory, syscall_of
 from .jobs import JobRef, of_pid
 from .mounts import MountTable, parse_mountinfo
 from .reason import printable
@@ -86,6 +87,7 @@ class TaskInfo:
     step: str | None
     local_task: str | None
     rank: str | None = None
+    rank_var: str | None = None        # the variable the rank was read from (RANK, OMPI_COMM_WORLD_RANK, ...)
     local_rank: str | None = None
     cmdline: str = ""
     cpu_percent: float | None = None   # over the sample, all threads together
@@ -133,6 +135,21 @@ def _search_pyspy() -> str | None:
         if os.access(p, os.X_OK):
             return p
     return shutil.which("py-spy")
+
+
+# A rank is what the job's own runtime numbers it: torchrun's RANK, the MPI library's
+# rank; SLURM_PROCID only where no runtime numbers the process. Under `mpirun` in a
+# batch script the ranks run as children of Open MPI's daemons (one srun step task per
+# node, SLURM_PROCID 0..N-1): their SLURM_PROCID is their daemon's, not their rank.
+RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def program_rank(values: dict) -> tuple[str | None, str | None]:
+    """(the variable, the rank) of a task, from what read_task_memory found."""
+    for var in RANK_VARS:
+        if values.get(var) not in (None, ""):
+            return var, values[var]
+    return None, None
 
 
 def job_tasks(job: str, node: str, proc: str = procfs.PROC) -> list[tuple[int, JobRef]]:
@@ -351,8 +368,8 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
         o = outcomes.get(f"jobreport:inspect:{pid}")
         if o is not None and o.status == DONE:
             v = o.value
-            rank = rank_from(v)
-            info.rank = printable(rank) if rank is not None else None
+            var, rank = program_rank(v)
+            info.rank, info.rank_var = (printable(rank), var) if rank is not None else (None, None)
             local = v.get("LOCAL_RANK") or v.get("SLURM_LOCALID")
             info.local_rank = printable(local) if local is not None else None
             info.cmdline = printable(v.get("cmdline", ""))[:300]

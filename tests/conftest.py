@@ -156,6 +156,22 @@ def cluster32(request, tmp_path_factory):
         slurm.stop()
 
 
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    """root's ssh onto every test node name (n1..n3, s1..s32), all 127.0.0.1: one real
+    sshd for the session and an ssh_config that maps the names to it (tests/sshd.py).
+    `slurm-hooks diagnose` reaches the nodes of another user's job this way."""
+    try:
+        from .sshd import Sshd
+    except ImportError:
+        from sshd import Sshd
+    server = Sshd(tmp_path_factory.mktemp("sshd"), ("n1", "n2", "n3", *SCALE_NODES))
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
 # --- a session that is stopped, and one that ends ---------------------------------------
 def _terminate(signum, frame):
     # SIGTERM (CI's timeout, `kill`) ends the session the way Ctrl-C does: pytest then

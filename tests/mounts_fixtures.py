@@ -467,8 +467,9 @@ def fuse_mount(path, mode, *, delay=None, errno=None, fail_op=None,
 
 def start_fuse(path, mode, *, delay=None, errno=None, fail_op=None,
                slow_op=None, name=None, subtype=None, entry_timeout=None,
-               dirs=(), debug=False, timeout=10.0, log_dir=None):
-    """Non-context-manager form of fuse_mount(); call .close()."""
+               dirs=(), debug=False, timeout=10.0, log_dir=None, no_interrupt=False):
+    """Non-context-manager form of fuse_mount(); call .close(). no_interrupt: callers
+    of a stalled ok/slow/errno server wait in D, not S (fusefs.py --no-interrupt)."""
     if mode not in FUSE_MODES:
         raise ValueError("mode must be one of %s" % (FUSE_MODES,))
     path = canonical_mountpoint(path)
@@ -494,6 +495,8 @@ def start_fuse(path, mode, *, delay=None, errno=None, fail_op=None,
         argv += ["--mkdir", d]
     if debug:
         argv.append("--debug")
+    if no_interrupt:
+        argv.append("--no-interrupt")
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                 stderr=log, cwd="/", start_new_session=True)

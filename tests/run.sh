@@ -20,6 +20,9 @@ pkgs=(slurmctld slurmd slurm-client munge fuse3 python3 python3-venv procps util
 # The admins' own tools the tests run: promtool (Debian's prometheus package), the
 # distributions' package linters, man(1) and bash-completion's loader.
 pkgs+=(prometheus lintian rpmlint man-db bash-completion)
+# root's diagnose over ssh (an sshd on loopback for the session, tests/sshd.py), and a
+# real MPI job of an unprivileged user (mpi4py with Open MPI).
+pkgs+=(openssh-server openssh-client python3-mpi4py openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

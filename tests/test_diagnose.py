@@ -52,7 +52,7 @@ def test_the_incident_shape_64_ranks_one_in_write():
     assert d.summary == (
         "rank 0 on n1 is in write() on /gpfs/run/log.txt (gpfs, D for 1h03m) from write (logger.py); "
         "ranks 1-63 on n1,n2,n3,... (8 nodes) busy in allreduce (ProcessGroupNCCL.py) < step (train.py) "
-        "< <module> (train.py) (63 of 64); GPU0 on n1 idle, 63 GPUs busy")
+        "< <module> (train.py) (63 of 64); GPU0 of rank 0 on n1 at 0% while 63 GPUs busy")
     assert [len(g.members) for g in d.groups] == [1, 63]
     assert d.others == 8          # the batch shell (SLURM_PROCID=0 too) and rankless helpers
 
@@ -158,3 +158,21 @@ def test_the_collector_runs_this_installation_whatever_the_callers_directory_and
         assert r.rc == 0, r.stderr
         doc = json.loads(r.stdout)
         assert (doc["job"], doc["node"], doc["tasks"]) == ("424242", "n1", [])
+
+
+def test_an_answer_is_the_node_ssh_reached_whatever_its_document_says():
+    from slurm_hooks.diagnose import _keyed, node_document
+    out = "noise\n" + json.dumps({"node": "n3" + HOSTILE, "job": "99", "tasks": [], "notes": []}) + "\n"
+    doc = _keyed(node_document(out), "n1", "7")
+    assert (doc["node"], doc["job"]) == ("n1", "7")
+    assert any("its report named node 'n3\\x1b]0;pwn" in n and "kept as n1's" in n for n in doc["notes"])
+    assert not any(CONTROL.search(n) for n in doc["notes"])
+    assert node_document("no json here\n") is None
+
+
+def test_the_remote_command_carries_nothing_of_the_callers_environment():
+    from slurm_hooks.fanout import NODE, remote_command
+    argv = remote_command(["/usr/bin/python3", "-I", "-c", "x"], "7", 0.5, 3.0, False, "/etc/x.yaml")
+    assert argv[:6] == ["/usr/bin/env", "-i", "-C", "/", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+    assert "SLURM_HOOKS_CONFIG=/etc/x.yaml" in argv and argv[argv.index("--node") + 1] == NODE
+    assert not [a for a in argv if a.startswith("PYTHON")]

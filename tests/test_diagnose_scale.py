@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.scale]
 RANKS = lock_ranks(17, sleep=1)     # rank 17 waits on a lock, the rest in the barrier
 
 
-def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_path):
+def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, sshd, tmp_path):
     cluster = cluster32
     n = len(cluster.nodes)
     barrier = tmp_path / "barrier"
@@ -31,8 +31,10 @@ def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_
     try:
         cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 90, what="all ranks started")
         conf = tmp_path / "diag.yaml"
+        # root's fan-out: ClusterShell over ssh, 32 connections at once (the session's sshd).
         conf.write_text(yaml.safe_dump({"journal": str(tmp_path / "j.jsonl"), "state_dir": str(tmp_path / "st"),
-                                        "slurm": cluster.hooks_slurm()}))
+                                        "slurm": cluster.hooks_slurm(),
+                                        "diagnose": {"ssh_options": sshd.options()}}))
         env = {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(conf)}
         t0 = time.monotonic()
         r = subprocess.run([str(SLURM_HOOKS), "diagnose", str(job), "--timeout", "10"], env=env,
@@ -40,6 +42,7 @@ def test_diagnose_of_a_32_node_job_names_the_odd_rank_within_10s(cluster32, tmp_
         took = time.monotonic() - t0
         assert r.returncode == 0, r.stdout + r.stderr
         assert took < 10, took
+        assert r.stdout.splitlines()[0].endswith("through ClusterShell over ssh as root"), r.stdout
         summary = r.stdout.splitlines()[1].strip()
         assert summary.startswith("rank 17 on s18 is waiting in take_checkpoint_lock (ranks.py)"), r.stdout
         assert "ranks 0-16,18-31 on s1,s2,s3,... (31 nodes) waiting in wait_in_barrier (ranks.py)" in summary
@@ -121,5 +124,52 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
         # Every run that does not step back after a real race costs at most 3; one that
         # does, 4 (its drain had to be visible before it could know it came too late).
         assert all(c <= 3 for c in cost.values() if c != 4), cost
+    finally:
+        cluster.resume_all()
+
+
+@pytest.mark.backend_independent     # the drains' Slurm calls are tested above; this counts recoveries
+def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_breaker_drains(
+        cluster32, hung_mount, tmp_path):
+    """16 nodes with `recover: fuse-abort` on the same hung mount, two rounds of
+    simultaneous health checks (a probe must hang on consecutive runs): only the nodes
+    the breaker let drain recover, so 16 nodes never become 16 aborts."""
+    cluster = cluster32
+    limit = 3
+    nodes = cluster.nodes[:16]
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    for node in nodes:
+        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
+            "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
+            "slurm": cluster.hooks_slurm(timeout=20),
+            "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read",
+                             "recover": {"method": "fuse-abort", "wait": 1}}],
+            "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
+            "prometheus_textfile_dir": None, "syslog": False,
+            "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
+
+    def round_of_runs():
+        procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL,
+                                  env={"SLURMD_NODENAME": node, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{node}.yaml")})
+                 for node in nodes]
+        for p in procs:
+            p.wait(timeout=120)
+
+    try:
+        round_of_runs()
+        round_of_runs()
+        drained = [n for n, info in cluster.show_nodes().items() if "DRAIN" in info.get("State", "")]
+        recoveries = {}
+        for node in nodes:
+            for line in (tmp_path / f"journal-{node}.jsonl").read_text().splitlines():
+                rec = json.loads(line)
+                if rec.get("event") == "run":
+                    recoveries[node] = recoveries.get(node, 0) + sum(
+                        1 for a in rec["actions"] if a["kind"] == "recover" and a["outcome"] == "done")
+        tried = {n: k for n, k in recoveries.items() if k}
+        assert len(drained) == limit and 0 < len(tried) <= limit, (drained, tried)
+        assert set(tried) <= set(drained) and all(k == 1 for k in tried.values()), tried
     finally:
         cluster.resume_all()

@@ -49,7 +49,10 @@ else:
 LOCK_RANKS = lock_ranks(1)     # no D state anywhere: rank 1 waits on a lock
 
 
-def config(tmp_path, cluster, **diag) -> dict:
+def config(tmp_path, cluster, sshd, **diag) -> dict:
+    """The environment of an admin's `slurm-hooks diagnose` (root: ClusterShell over the
+    session's sshd, unless `fanout` says otherwise)."""
+    diag = {"ssh_options": sshd.options(), **diag}
     doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
            "slurm": cluster.hooks_slurm(timeout=10), "diagnose": diag}
     path = tmp_path / "diagnose.yaml"
@@ -75,10 +78,10 @@ def start_job(cluster, tmp_path, script, args, n=3):
     return job
 
 
-def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_path):
+def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, HUNG_RANKS, [hung_mount.path])
-    env = config(tmp_path, cluster)
+    env = config(tmp_path, cluster, sshd)
     # Rank 0's thread blocks right after its start marker: held in D since about then.
     blocked_at = (tmp_path / "barrier" / "started.0").stat().st_mtime
     time.sleep(3)
@@ -114,10 +117,10 @@ def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_p
     assert busy["local_rank"] == "0" and "ranks.py" in busy["cmdline"]
 
 
-def test_no_d_state_names_the_rank_stuck_on_a_lock(clean_cluster, tmp_path):
+def test_no_d_state_names_the_rank_stuck_on_a_lock(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, LOCK_RANKS, [])
-    env = config(tmp_path, cluster)
+    env = config(tmp_path, cluster, sshd)
     r, took = diagnose(env, job, "--record")
     assert r.returncode == 0, r.stderr + r.stdout
     summary = r.stdout.splitlines()[1].strip()
@@ -132,31 +135,32 @@ def test_no_d_state_names_the_rank_stuck_on_a_lock(clean_cluster, tmp_path):
     assert entry[-1]["summary"] == summary
 
 
-def test_record_keeps_the_admins_comment(clean_cluster, tmp_path):
+def test_record_keeps_the_admins_comment(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, LOCK_RANKS, [])
     cluster.scontrol("update", f"jobid={job}", "admincomment=ticket 4711")
-    env = config(tmp_path, cluster)
+    env = config(tmp_path, cluster, sshd)
     r, _ = diagnose(env, job, "--record", "--no-stacks")
     assert r.returncode == 0, r.stderr
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith("ticket 4711 | slurm-hooks: diagnose ")
 
 
-def test_all_alike_says_so_with_the_common_stack(clean_cluster, tmp_path):
+def test_all_alike_says_so_with_the_common_stack(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     script = lock_ranks(99)
     job = start_job(cluster, tmp_path, script, [])
-    r, _ = diagnose(config(tmp_path, cluster), job)
+    r, _ = diagnose(config(tmp_path, cluster, sshd), job)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[1].strip().startswith(
         "all 3 ranks alike: waiting in wait_in_barrier (ranks.py) < <module> (ranks.py)"), r.stdout
 
 
-def test_a_node_that_does_not_answer_is_a_finding_and_the_command_ends_on_time(clean_cluster, tmp_path):
+def test_a_node_that_does_not_answer_is_a_finding_and_the_command_ends_on_time(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, LOCK_RANKS, [])
-    env = config(tmp_path, cluster)
+    # srun's path (the caller owns the job): a node whose slurmd does not answer.
+    env = config(tmp_path, cluster, sshd, fanout="srun")
     slurmd = cluster.pids["n3"]
     os.kill(slurmd, signal.SIGSTOP)          # n3's slurmd takes connections and never answers
     try:
@@ -170,10 +174,10 @@ def test_a_node_that_does_not_answer_is_a_finding_and_the_command_ends_on_time(c
     assert "rank 1 on n2 (1 of 2): waiting in futex() at" in r.stdout  # the nodes that answered count
 
 
-def test_fast_when_every_node_answers(clean_cluster, tmp_path):
+def test_fast_when_every_node_answers(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, LOCK_RANKS, [])
-    r, took = diagnose(config(tmp_path, cluster), job, "--no-stacks")
+    r, took = diagnose(config(tmp_path, cluster, sshd), job, "--no-stacks")
     assert r.returncode == 0, r.stderr
     assert "rank 1 on n2 is waiting in futex() at " in r.stdout.splitlines()[1]
 
@@ -193,7 +197,7 @@ else:
 """
 
 
-def test_hostile_environment_and_command_line(clean_cluster, tmp_path):
+def test_hostile_environment_and_command_line(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     barrier = tmp_path / "barrier"
     barrier.mkdir()
@@ -204,7 +208,7 @@ def test_hostile_environment_and_command_line(clean_cluster, tmp_path):
         f"srun -N3 --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {barrier} "
         "\"$(printf '\\033[31m\\nfake line')\"\n"))
     cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= 3, 30, what="all ranks started")
-    env = config(tmp_path, cluster)
+    env = config(tmp_path, cluster, sshd)
     for args in ((), ("--json",)):
         r, _ = diagnose(env, job, *args)
         assert r.returncode == 0, r.stderr
@@ -217,7 +221,7 @@ def test_hostile_environment_and_command_line(clean_cluster, tmp_path):
     assert len(r.stdout.splitlines()) > 3
 
 
-def test_gpus_held_by_the_ranks_from_nvml(clean_cluster, tmp_path):
+def test_gpus_held_by_the_ranks_from_nvml(clean_cluster, tmp_path, sshd):
     """NVML faked at the pynvml boundary: n1's GPU is idle, the others busy; each
     rank's GPU is found by its pid in NVML's process list."""
     cluster = clean_cluster
@@ -235,30 +239,32 @@ def test_gpus_held_by_the_ranks_from_nvml(clean_cluster, tmp_path):
     scenario.write_text(json.dumps({"driver": "550.54.15", "gpus": gpus}))
     # The collector starts isolated, no PYTHON* variable reaches it: the fake module is
     # put first on its path by the configured command, as a site would wrap it.
-    fake = ["/usr/bin/env", f"PYTHONPATH={ROOT / 'tests' / 'fake_nvml'}", sys.executable, "-m", "slurm_hooks"]
-    env = config(tmp_path, cluster, collector=fake)
-    env.update(FAKE_NVML_SCENARIO=str(scenario))
+    # The scenario goes in the command too: nothing of the caller's environment reaches
+    # the nodes over ssh.
+    fake = ["/usr/bin/env", f"PYTHONPATH={ROOT / 'tests' / 'fake_nvml'}", f"FAKE_NVML_SCENARIO={scenario}",
+            sys.executable, "-m", "slurm_hooks"]
+    env = config(tmp_path, cluster, sshd, collector=fake)
     r, _ = diagnose(env, job, "--no-stacks")
     assert r.returncode == 0, r.stderr
     # Every node sees the one fake "machine": each rank holds exactly its own GPU.
-    assert "GPU0 on n1 idle, 2 GPUs busy" in r.stdout.splitlines()[1]
+    assert "GPU0 of rank 0 on n1 at 0% while 2 GPUs busy" in r.stdout.splitlines()[1]
     d = json.loads(diagnose(env, job, "--json", "--no-stacks")[0].stdout)
     held = {t["rank"]: t["gpus"] for rep in d["reports"] for t in rep["tasks"] if t["rank"] is not None}
     assert held["1"] == [{"index": 1, "utilization": 100, "used_mib": 8192, "status": "ok"}]
 
 
-def test_unknown_and_ended_jobs_are_clear_errors(clean_cluster, tmp_path):
-    env = config(tmp_path, clean_cluster)
+def test_unknown_and_ended_jobs_are_clear_errors(clean_cluster, tmp_path, sshd):
+    env = config(tmp_path, clean_cluster, sshd)
     r, _ = diagnose(env, 999999999)
     assert r.returncode == 1 and "job 999999999 is not known to Slurm" in r.stderr
     r, _ = diagnose(env, "12x")
     assert r.returncode == 2 and "'12x' is not a job id" in r.stderr
 
 
-def test_without_py_spy_the_report_says_so(clean_cluster, tmp_path):
+def test_without_py_spy_the_report_says_so(clean_cluster, tmp_path, sshd):
     cluster = clean_cluster
     job = start_job(cluster, tmp_path, LOCK_RANKS, [])
-    r, _ = diagnose(config(tmp_path, cluster, pyspy=str(tmp_path / "no-such-py-spy")), job)
+    r, _ = diagnose(config(tmp_path, cluster, sshd, pyspy=str(tmp_path / "no-such-py-spy")), job)
     assert r.returncode == 0, r.stderr
     # The kernel's view still tells the odd rank apart.
     assert r.stdout.splitlines()[1].strip().startswith("rank 1 on n2 is waiting in futex() at ")
@@ -281,7 +287,7 @@ else:
 """
 
 
-def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_cluster, hung_mount, tmp_path):
+def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_cluster, hung_mount, tmp_path, sshd):
     from helpers import write_node_configs
     cluster = clean_cluster
     barrier = tmp_path / "barrier"
@@ -294,7 +300,7 @@ def test_the_health_check_records_the_job_wide_picture_before_requeueing(clean_c
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}],
         "stuck_tasks": {"grace": 2, "sample_window": 0.5},
-        "diagnose": {"on_requeue_timeout": 10}})
+        "diagnose": {"on_requeue_timeout": 10, "ssh_options": sshd.options()}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=3\nHealthCheckNodeState=ANY\n")
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 40, what="job requeued")
     comment = cluster.show_job(job)["AdminComment"]
@@ -330,11 +336,11 @@ while True:
 """
 
 
-def test_same_function_told_apart_by_what_the_thread_waits_for(clean_cluster, tmp_path):
+def test_same_function_told_apart_by_what_the_thread_waits_for(clean_cluster, tmp_path, sshd):
     """Rank 2 hangs on a lock one line above where the others sleep: the same frames
     without line numbers, told apart by the system call the thread waits in."""
     job = start_job(clean_cluster, tmp_path, SAME_FUNCTION, [])
-    r, _ = diagnose(config(tmp_path, clean_cluster), job)
+    r, _ = diagnose(config(tmp_path, clean_cluster, sshd), job)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[1].strip() == (
         "rank 2 on n3 is waiting in <module> (ranks.py), in futex(); ranks 0-1 on n1,n2 waiting in "
