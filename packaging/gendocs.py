@@ -57,11 +57,16 @@ DETAILS = {
     ("status",): "From any host with Slurm client access: the nodes slurm-hooks drained, grouped "
                  "by cause, with their age and the jobs it diagnosed or requeued; many nodes drained "
                  "for the same filesystem are shown as one outage. Exits 1 when Slurm cannot be asked.",
-    ("explain",): "On a node, from the local journal and state only (works with slurmctld down): "
-                  "why the node is drained, the diagnosis of the run that drained it, the actions "
-                  "taken since, and the last runs.",
+    ("explain",): "On a node, from the local journal and state only (works with slurmctld down, "
+                  "and with a configuration that does not load): why the node is drained, the "
+                  "diagnosis of the run that drained it, the actions taken since, and the last runs "
+                  "with what each decided, done or not, and the runs that could not read their "
+                  "configuration. Exits 1 for a node with no run in the journal and no drain.",
     ("config", "check"): "Validates a configuration file and exits: 0 and FILE: OK, or 2 with one "
-                         "line per problem, FILE:LINE: key: problem.",
+                         "line per problem, FILE:LINE: key: problem. Then warns, naming the file and "
+                         "line, about each filesystem to probe this node would fail: a path that does "
+                         "not exist, a mountpoint not mounted, another fstype. --strict: those are "
+                         "errors (exit 2).",
     ("config", "show"): "Prints the effective configuration (the file plus the defaults) as JSON.",
 }
 
@@ -122,6 +127,12 @@ def _b(text: str) -> str:
     return f"\\fB{roff(text)}\\fR"
 
 
+def _path(text: str) -> str:
+    """A bold path troff may break after any slash (\\:): an installation's prefix can
+    be longer than the line."""
+    return _b(text).replace("/", "/\\:")
+
+
 def _example(what: str, command: str) -> list[str]:
     """A man page example: what it does, then the command set apart."""
     return [".PP", roff(what), ".PP", ".nf", ".RS", roff(command), ".RE", ".fi"]
@@ -180,6 +191,12 @@ def _th(title: str, section: int, manual: str) -> str:
 
 
 # --- slurm-hooks(8) ---------------------------------------------------------------------
+
+# Where the programs, the shared files and the docs are, as the man pages name them:
+# the packages' layout by default; install.sh passes its own (--bindir, ...), so a man
+# page never points at files its installation does not have.
+LAYOUT = {"bindir": "/usr/sbin", "datadir": "/usr/share/slurm-hooks", "docdir": "/usr/share/doc/slurm-hooks"}
+
 
 def manpage_cli(parser=None) -> str:
     parser = parser or cli.build_parser()
@@ -262,6 +279,7 @@ def manpage_cli(parser=None) -> str:
         roff("The installed programs run Python with -I: PYTHON* variables, the user site and the "
              "current directory are ignored."),
         ".SH FILES",
+        ".ad l",            # paths of a long install prefix leave nothing to justify
         ".TP", _b(config.DEFAULT_PATH),
         roff("The configuration; see slurm-hooks.yaml(5). Validate it with "
              "`slurm-hooks config check` before deploying."),
@@ -280,16 +298,17 @@ def manpage_cli(parser=None) -> str:
              "write, or in a directory anyone but root can write, is refused and never run."),
         ".TP", _b(config.CACHE_DIR),
         roff("Cache of validated configurations (tmpfs)."),
-        ".TP", _b("/usr/share/slurm-hooks/prometheus/slurm-hooks-rules.yml"),
-        roff("Prometheus alerting rules for these metrics."),
-        ".TP", _b("/usr/share/slurm-hooks/grafana/slurm-hooks.json"),
-        roff("A Grafana dashboard for these metrics."),
+        ".TP", _path(f"{LAYOUT['datadir']}/prometheus/slurm-hooks-rules.yml"),
+        roff("Prometheus alerting rules for these metrics. For the Prometheus server, not the "
+             "node: copy it there and name it in rule_files of prometheus.yml."),
+        ".TP", _path(f"{LAYOUT['datadir']}/grafana/slurm-hooks.json"),
+        roff("A Grafana dashboard for these metrics, to import into Grafana (not used on the node)."),
         ".SH EXAMPLES",
         roff("In slurm.conf:"),
         ".PP", ".nf", ".RS",
-        roff("HealthCheckProgram=/usr/sbin/slurm-hooks-healthcheck\nHealthCheckInterval=120\n"
-             "HealthCheckNodeState=ANY,CYCLE\nProlog=/usr/sbin/slurm-hooks-prolog\n"
-             "Epilog=/usr/sbin/slurm-hooks-epilog"),
+        roff(f"HealthCheckProgram={LAYOUT['bindir']}/slurm-hooks-healthcheck\nHealthCheckInterval=120\n"
+             f"HealthCheckNodeState=ANY,CYCLE\nProlog={LAYOUT['bindir']}/slurm-hooks-prolog\n"
+             f"Epilog={LAYOUT['bindir']}/slurm-hooks-epilog"),
         ".RE", ".fi",
         *_example("What the health check would do on this node, without doing it:",
                   "slurm-hooks healthcheck --dry-run"),
@@ -417,8 +436,9 @@ def manpage_config() -> str:
              "  count: 8"),
         ".RE", ".fi",
         ".SH FILES",
+        ".ad l",            # paths of a long install prefix leave nothing to justify
         ".TP", _b(config.DEFAULT_PATH), roff("The configuration."),
-        ".TP", _b("/usr/share/doc/slurm-hooks/"),
+        ".TP", _path(LAYOUT["docdir"] + "/"),
         roff("README.md and an annotated slurm.conf excerpt; the packaged default configuration "
              "has every setting, commented."),
         ".TP", _b(d.state_dir), roff("Default state_dir."),
@@ -516,7 +536,11 @@ OUTPUTS = {
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="directory to write " + ", ".join(OUTPUTS) + " in")
+    for key, value in LAYOUT.items():
+        p.add_argument(f"--{key}", default=value, help=f"as the man pages name it (default {value})")
     args = p.parse_args(argv)
+    for key in LAYOUT:
+        LAYOUT[key] = getattr(args, key)
     os.makedirs(args.out, exist_ok=True)
     for name, make in OUTPUTS.items():
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:

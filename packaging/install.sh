@@ -7,7 +7,11 @@
 # slurm-hooks(8) and slurm-hooks.yaml(5) in $MANDIR (default /usr/local/share/man) and
 # the bash completion in $COMPLETIONSDIR (default
 # /usr/local/share/bash-completion/completions), both generated from this tree, and the
-# Prometheus rules and Grafana dashboard in PREFIX/share/slurm-hooks.
+# Prometheus rules and Grafana dashboard in PREFIX/share/slurm-hooks (files for the
+# Prometheus and Grafana servers, not used on the node), README.md and
+# slurm.conf.example in PREFIX/share/doc/slurm-hooks, and links to the four programs in
+# $SBINDIR (default /usr/local/sbin, on root's PATH; SBINDIR= to skip), so that the
+# bare `slurm-hooks` of every example works.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/opt/slurm-hooks}
@@ -45,10 +49,13 @@ EOF
 done
 
 mandir=${MANDIR:-/usr/local/share/man}
+sbindir=${SBINDIR-/usr/local/sbin}
 completionsdir=${COMPLETIONSDIR:-/usr/local/share/bash-completion/completions}
 docs=$(mktemp -d)
 trap 'rm -rf "$docs"' EXIT
-"$prefix/bin/python" "$here/packaging/gendocs.py" --out "$docs"
+# The man pages name this installation's paths, not the packages'.
+"$prefix/bin/python" "$here/packaging/gendocs.py" --out "$docs" --bindir "${SBINDIR:-$prefix/bin}" \
+    --datadir "$prefix/share/slurm-hooks" --docdir "$prefix/share/doc/slurm-hooks"
 install -d -m 0755 "$mandir/man8" "$mandir/man5" "$completionsdir"
 gzip -9n < "$docs/slurm-hooks.8" > "$mandir/man8/slurm-hooks.8.gz"
 for name in slurm-hooks-healthcheck slurm-hooks-prolog slurm-hooks-epilog; do
@@ -59,10 +66,25 @@ chmod 0644 "$mandir/man8/slurm-hooks.8.gz" "$mandir/man5/slurm-hooks.yaml.5.gz"
 install -m 0644 "$docs/slurm-hooks.bash-completion" "$completionsdir/slurm-hooks"
 install -D -m 0644 "$here/packaging/prometheus/slurm-hooks-rules.yml" "$prefix/share/slurm-hooks/prometheus/slurm-hooks-rules.yml"
 install -D -m 0644 "$here/packaging/grafana/slurm-hooks.json" "$prefix/share/slurm-hooks/grafana/slurm-hooks.json"
+install -D -m 0644 "$here/README.md" "$prefix/share/doc/slurm-hooks/README.md"
+install -D -m 0644 "$here/packaging/slurm.conf.example" "$prefix/share/doc/slurm-hooks/slurm.conf.example"
+if [ -n "$sbindir" ]; then
+    install -d -m 0755 "$sbindir"
+    for name in slurm-hooks slurm-hooks-healthcheck slurm-hooks-prolog slurm-hooks-epilog; do
+        ln -sfn "$prefix/bin/$name" "$sbindir/$name"
+    done
+fi
 
 install -d -m 0755 /etc/slurm-hooks
 [ -e /etc/slurm-hooks/slurm-hooks.yaml ] || install -m 0644 "$here/conf/slurm-hooks.yaml" /etc/slurm-hooks/slurm-hooks.yaml
 install -d -m 0700 /var/lib/slurm-hooks
 install -d -m 0750 /var/log/slurm-hooks
 echo "slurm-hooks $("$prefix/bin/slurm-hooks" --version | cut -d' ' -f2) installed in $prefix" >&2
-echo "HealthCheckProgram=$prefix/bin/slurm-hooks-healthcheck (see packaging/slurm.conf.example)" >&2
+where=${sbindir:-$prefix/bin}
+if [ -n "$sbindir" ]; then
+    echo "programs linked into $sbindir; man pages in $mandir (man slurm-hooks)" >&2
+else
+    echo "programs in $prefix/bin (not linked: SBINDIR is empty; add it to PATH or link them)" >&2
+fi
+echo "HealthCheckProgram=$where/slurm-hooks-healthcheck (see $prefix/share/doc/slurm-hooks/slurm.conf.example)" >&2
+echo "Prometheus rules and Grafana dashboard for your monitoring servers: $prefix/share/slurm-hooks/" >&2

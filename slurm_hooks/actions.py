@@ -31,6 +31,7 @@ from .slurm import (
     REBOOT_STATES,
     OutOfTime,
     SlurmError,
+    SlurmNotConfigured,
     SlurmUnavailable,
     foreign_states,
     node_flags,
@@ -78,6 +79,8 @@ def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_
         except SlurmUnavailable as e:
             result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True,
                                   code=Code.SLURM_UNREACHABLE)
+        except SlurmNotConfigured as e:
+            result = ActionResult(action, FAILED, str(e), code=Code.NO_SLURM_CONFIG)
         except BackendError as e:
             result = ActionResult(action, FAILED, f"not done: {e}", code=Code.BACKEND_UNUSABLE)
         except SlurmError as e:

@@ -95,7 +95,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     queue = [a for a in queue if a.kind != "recover"]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
     if recovering:
-        results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain)
+        until = None if started is None else started + cfg.actions.deadline
+        results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
     from .breaker import can_overflow
     if held == [] and slurm is not None and hook == "healthcheck" and \
             (view is None or can_overflow(view, cfg.policy)):
@@ -374,7 +375,7 @@ def _recoverable(cfg: Config) -> dict:
 
 
 def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, ledger: dict,
-             dry_run: bool, report_only: bool, drain: dict) -> list:
+             dry_run: bool, report_only: bool, drain: dict, until: float | None = None) -> list:
     """Carry out the recoveries policy asked for (each once per incident), then resume
     the node and tell the jobs when one freed everything and the mount is back."""
     from . import recovery
@@ -394,6 +395,13 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
                                     code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
             continue
         r = a.recovery
+        # Inside the run's action deadline (slurmd kills the health check at 60 s): a
+        # recovery that cannot fit is left whole for the next run, never cut short.
+        need = 3 * r.timeout + r.wait
+        if until is not None and until - time.monotonic() < need:
+            out.append(ActionResult(a, Outcome.FAILED, f"not started: {need:g}s needed, less left in this run "
+                                    "(actions.deadline); the next run tries", retry=False, code=Code.OUT_OF_TIME))
+            continue
         runner = Runner(state)
         # Our own probes stuck on the mount must go as well.
         r.probes = [[int(e["pid"]), int(e["start"])] for k, e in runner.stuck().items()

@@ -58,7 +58,11 @@ def _parser():
     ex = sub.add_parser("explain", parents=[common],
                         help="on a node: why it is drained and the last runs, from the local journal")
     ex.add_argument("--node", help="node name (default: this node's)")
-    ex.add_argument("--runs", type=int, default=10, help="how many recent runs to list (default 10)")
+    ex.add_argument("--runs", type=_count, default=10, metavar="N",
+                    help="how many recent runs to list (default 10; 0: none)")
+    ex.add_argument("--journal", metavar="FILE",
+                    help="journal to read (default: the configuration's, else the default one)")
+    ex.add_argument("--json", action="store_true", help="print JSON")
 
     dg = sub.add_parser("diagnose", parents=[common],
                         help="a hung job: every node at once, ranks grouped by what they do, the odd one named")
@@ -87,8 +91,30 @@ def _parser():
     csub.required = True
     cc = csub.add_parser("check", parents=[common], help="validate a configuration file and exit")
     cc.add_argument("file", nargs="?", help="file to validate (default: the one in use)")
+    cc.add_argument("--strict", action="store_true",
+                    help="treat warnings (probe paths, mounts, fstypes not found on this node) as errors")
+    cc.add_argument("--json", action="store_true", help="print the result as JSON")
     csub.add_parser("show", parents=[common], help="print the effective configuration as JSON")
     return p
+
+
+def _count(text: str) -> int:
+    """A count of 0 or more, for argparse (which names the option and the value)."""
+    import argparse
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
+
+
+def _json_error(command: str, error: str, problems: list[str] | None = None) -> None:
+    """--json promises a document on stdout whatever happens: the error is one too."""
+    import json
+    doc = {"command": command, "status": "error", "error": error, "problems": problems or [error]}
+    print(json.dumps(doc, indent=2))
 
 
 def _load_config(path_arg):
@@ -142,11 +168,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = _parser().parse_args(argv)
     from .config import ConfigError
+    if args.command == "explain":          # reads the journal: a broken configuration must not stop it
+        return _explain(args)
     try:
         if args.command == "config":
             return _config_command(args)
         cfg = _load_config(args.config)
     except ConfigError as e:
+        if getattr(args, "json", False):
+            _json_error(args.command, "configuration error", e.problems)
         if args.command in ("prolog", "epilog", "healthcheck"):
             # The same as slurmd's own programs: journalled, nothing acted on.
             from .config import config_path
@@ -162,8 +192,6 @@ def main(argv: list[str] | None = None) -> int:
         return _check(cfg, args)
     if args.command == "status":
         return _status(cfg, args.json)
-    if args.command == "explain":
-        return _explain(cfg, args.node, args.runs)
     if args.command == "diagnose":
         from .diagnose import main as diagnose_main
         if args.timeout is not None and args.timeout <= 0:
@@ -214,32 +242,64 @@ def _status(cfg: Config, as_json: bool) -> int:
     try:
         st = collect(open_backend(cfg.slurm), cfg.reason_prefix)
     except SlurmError as e:
+        if as_json:
+            _json_error("status", f"cannot ask Slurm: {e}")
         print(f"slurm-hooks status: cannot ask Slurm: {e}", file=sys.stderr)
         return EXIT_UNHEALTHY
     print(json.dumps(st.to_json(), indent=2) if as_json else render(st))
     return EXIT_OK
 
 
-def _explain(cfg: Config, node: str | None, runs: int) -> int:
+def _explain(args) -> int:
+    import json
+
     from . import engine, journal
-    from .explain import explain
+    from .explain import explain, explain_json, node_runs
     from .state import StateStore
-    node = node or engine.node_name(cfg)
+    cfg = _explain_config(args.config)
+    path = args.journal or cfg.journal
+    node = args.node or engine.node_name(cfg)
+    records = journal.read(path)
     drain = StateStore(engine.state_dir(cfg, node)).load("drain")
-    print(explain(journal.read(cfg.journal), node, drain, runs))
+    named = any(r.get("node") == node for r in records)
+    # A mistyped --node must not read as "healthy, not drained". Runs that could not
+    # read their configuration name no node: this host's, so only without --node.
+    if not drain and not named and (args.node is not None or not node_runs(records, node)):
+        msg = f"no run of node {node} in the journal {path}, and no drain recorded for it"
+        if args.json:
+            _json_error("explain", msg)
+        print(f"slurm-hooks explain: {msg}", file=sys.stderr)
+        return EXIT_UNHEALTHY
+    if args.json:
+        doc = dict(explain_json(records, node, drain, args.runs), journal=path)
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print(explain(records, node, drain, args.runs))
     return EXIT_OK
+
+
+def _explain_config(path_arg):
+    """The configuration explain needs only for where the journal and the state are:
+    a file that does not load still names them (config.journal_of), else the defaults."""
+    from . import config
+    path = config.config_path(path_arg)
+    try:
+        return config.load(path)
+    except config.ConfigError as e:
+        from .explain import plain_settings
+        cfg = config.Config()
+        cfg.journal = config.journal_of(path)
+        for key, value in plain_settings(path).items():
+            setattr(cfg, key, value)
+        print(f"slurm-hooks explain: {path} does not load ({e.problems[0]}); reading the journal "
+              f"{cfg.journal}, state in {cfg.state_dir}", file=sys.stderr)
+        return cfg
 
 
 def _config_command(args) -> int:
     from . import config
     if args.config_command == "check":
-        path = args.file or config.config_path(args.config)
-        if path is None:
-            print("no configuration file given or found; the built-in defaults are in use")
-            return EXIT_OK
-        config.load(path)
-        print(f"{path}: OK")
-        return EXIT_OK
+        return _config_check(args.file or config.config_path(args.config), args.strict, args.json)
     if args.config_command == "show":
         import json
 
@@ -255,6 +315,39 @@ def _config_command(args) -> int:
         print(json.dumps(shown, indent=2))
         return EXIT_OK
     raise AssertionError(args.config_command)
+
+
+def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
+    """Valid (exit 0, `FILE: OK`), or not (2, a line per problem); then what this node
+    says of the filesystems to probe: warnings, errors with --strict."""
+    import json
+
+    from . import config
+    from .configcheck import probe_warnings
+    if path is None:
+        text = "no configuration file given or found; the built-in defaults are in use"
+        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text})
+              if as_json else text)
+        return EXIT_OK
+    try:
+        config.load(path, cache_dir=None)      # the file as it is now, not a cached copy
+    except config.ConfigError as e:
+        if as_json:
+            print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
+        print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
+        return EXIT_USAGE
+    warnings = probe_warnings(path)
+    ok = not (strict and warnings)
+    if as_json:
+        print(json.dumps({"file": path, "ok": ok, "problems": warnings if strict else [],
+                          "warnings": [] if strict else warnings}, indent=2))
+    else:
+        label = "error" if strict else "warning"
+        for w in warnings:
+            print(f"{label}: {w}", file=sys.stderr)
+        print(f"{path}: OK" + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
+              if ok else f"{path}: {len(warnings)} error{'s' * (len(warnings) != 1)} (--strict)")
+    return EXIT_OK if ok else EXIT_USAGE
 
 
 def _one_shot() -> None:

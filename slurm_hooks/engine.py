@@ -39,6 +39,7 @@ class RunRecord:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dry_run: bool = False
+    report_only: bool = False      # actions.report_only on a run that acts: nothing it decides is done
     job: str | None = None         # the job a prolog or epilog ran for
     # slurm-hooks' own local failures (errors.py): state, journal, lock, metrics, config
     # cache. Never a finding about the node: they drain nothing and fail no job.
@@ -62,7 +63,7 @@ class RunRecord:
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.started)),
             "hook": self.hook, "node": self.node, "status": self.status,
             "duration": round(self.duration, 6), "version": __version__,
-            "config": self.config, "dry_run": self.dry_run, "job": self.job,
+            "config": self.config, "dry_run": self.dry_run, "report_only": self.report_only, "job": self.job,
             "checks": [c.to_json() for c in self.checks],
             "actions": [a.to_json() for a in self.actions],
             "notes": self.notes, "warnings": self.warnings, "local_errors": self.local_errors,
@@ -118,6 +119,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     ctx = Context(cfg, node, state, Runner(children, others=(PYSPY_STATE,)), hook=hook, job=job,
                   fs_timeout=fs_timeout)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
+                       report_only=act and not dry_run and cfg.actions.report_only,
                        job=job.id if job else None)
     beside = None
     if hook == "healthcheck" and cfg.beside.command and not dry_run:   # it would act on its own

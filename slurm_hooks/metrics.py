@@ -111,6 +111,24 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
     return "\n".join(out) + "\n"
 
 
+def directory_problem(directory: str) -> tuple[str, str] | None:
+    """("missing" | "unsafe", what to tell the admin) for a textfile directory the health
+    check cannot write to, else None. Checked before the run is journalled, so the
+    journal line says why there are no metrics (node_exporter's directory is local disk:
+    an lstat cannot hang)."""
+    try:
+        st = os.lstat(directory)
+    except OSError as e:
+        return ("missing", f"metrics off: prometheus_textfile_dir {directory}: {e.strerror or e}; create it "
+                "(node_exporter's --collector.textfile.directory) or set prometheus_textfile_dir: null")
+    if not stat.S_ISDIR(st.st_mode):
+        return ("missing", f"metrics off: prometheus_textfile_dir {directory} is not a directory")
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & stat.S_IWOTH:
+        return ("unsafe", f"metrics {directory}: not written: the directory must belong to root and not be "
+                f"writable by others (owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):04o})")
+    return None
+
+
 def write(directory: str, node: str, text: str) -> str | None:
     """Atomically replace DIRECTORY/slurm_hooks_NODE.prom; an error message or None.
 

@@ -159,7 +159,9 @@ class ActionResult:
 
     def to_json(self) -> dict:
         d = asdict(self.action)
-        d.update(outcome=str(self.outcome), code=str(self.code), message=self.message)
+        from .outcomes import result_word
+        d.update(outcome=str(self.outcome), code=str(self.code), message=self.message,
+                 result=result_word(self.outcome, self.retry))
         if self.retry:
             d["retry"] = True
         return d

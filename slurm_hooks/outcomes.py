@@ -35,6 +35,7 @@ class Code(str, Enum):
     SLURM_UNREACHABLE = "slurm_unreachable"  # no answer from slurmctld: spooled
     OUT_OF_TIME = "out_of_time"            # the run's deadline for Slurm calls: spooled
     REFUSED = "refused"                    # scontrol said no
+    NO_SLURM_CONFIG = "no_slurm_config"    # scontrol found no slurm.conf (nor a configless source)
     BACKEND_UNUSABLE = "backend_unusable"  # slurm.backend: pyslurm forced but unusable here
     UNKNOWN_ACTION = "unknown_action"
     UNKNOWN_NODE = "unknown_node"
@@ -66,3 +67,21 @@ class Code(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+# The one word for what became of an action, shared by the report, the JSON record,
+# the journal (`result`, beside the older `outcome` and `code`) and syslog, so that no
+# two of them can describe the same action differently. By Outcome's value, plus
+# whether a failure waits in the spool (plain strings: no enumeration is built).
+RESULT = {"done": "done", "dry-run": "would do", "report-only": "not done", "failed": "failed",
+          "held": "held", "skipped": "skipped", "deferred": "left to Slurm"}
+SPOOLED = "spooled"
+
+
+def result_word(outcome: str, retry: bool = False) -> str:
+    """done, would do (dry run), not done (report-only), failed, spooled (failed, and
+    tried again by a later run), held (the breaker), skipped, left to Slurm."""
+    value = str(outcome)
+    if value == "failed" and retry:
+        return SPOOLED
+    return RESULT.get(value, value)

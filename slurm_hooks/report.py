@@ -9,12 +9,12 @@ if TYPE_CHECKING:
     from .engine import RunRecord
 
 LABEL = {OK: "OK  ", WARN: "WARN", FAIL: "FAIL"}
-# By outcomes.Outcome's value (plain strings: a healthy report builds no enumeration).
-VERB = {"done": "", "dry-run": "would ", "skipped": "skipped: ", "failed": "would ", "held": "held back: would "}
+# Messages a header or the word itself already says (outcomes.result_word).
+SAID = ("dry-run", "report-only")
 
 
 def render(record: RunRecord) -> str:
-    lines = [f"slurm-hooks {record.hook} on node {record.node} (config: {record.config})"]
+    lines = [header(record)]
     for note in record.notes:
         lines.append(f"note: {note}")
     for warning in record.warnings:
@@ -31,12 +31,35 @@ def render(record: RunRecord) -> str:
             lines.append(f"  OK    {check.name}: nothing found")
     if record.actions:
         lines.append("actions:")
-        for r in record.actions:
-            verb = VERB.get(str(r.outcome), "")
-            msg = f" ({r.message})" if r.message and str(r.outcome) != "dry-run" else ""
-            lines.append(f"  {verb}{r.action.describe()}{msg}")
+        lines += [f"  {action_line(r)}" for r in record.actions]
     lines.append(f"result: {record.status.upper()} in {record.duration:.2f}s")
     return clean_text("\n".join(lines))
+
+
+def header(record: RunRecord) -> str:
+    """The first line; a run that acts on nothing says so before anything else."""
+    line = f"slurm-hooks {record.hook} on node {record.node} (config: {record.config})"
+    if record.dry_run:
+        return line + " -- dry run: nothing is done, no state kept"
+    if getattr(record, "report_only", False):
+        return line + " -- report only (actions.report_only): no action is taken"
+    return line
+
+
+def action_line(r) -> str:
+    """`WORD: what (why)` in the one vocabulary (outcomes.result_word); a dry run's
+    actions read `would drain node ...`, since only a dry run would do them."""
+    from .outcomes import result_word
+    value = str(r.outcome)
+    msg = f" ({r.message})" if r.message and value not in SAID else ""
+    if value == "dry-run":
+        return f"would {r.action.describe()}"
+    word = result_word(value, r.retry)
+    if value == "report-only":
+        word += " (report only)"
+    elif value == "held":
+        word += " (breaker)"
+    return f"{word}: {r.action.describe()}{msg}"
 
 
 def render_json(record: RunRecord) -> str:

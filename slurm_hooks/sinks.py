@@ -4,8 +4,6 @@ a failure of any of them is our own local failure (errors.py), reported, never f
 """
 from __future__ import annotations
 
-import os
-
 from .engine import COMMITTING, HEALTHY, UNHEALTHY, RunRecord, state_dir
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -19,13 +17,15 @@ STATE = ("metrics",)        # the counters and last success the textfile carries
 def record_run(cfg: Config, record: RunRecord) -> None:
     """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
     from .journal import append
+    metrics_ok = _metrics_directory(cfg, record)
     run = dict(record.to_json(), event="run")
     actions = [dict(r.to_json(), event="action", time=run["time"], node=record.node, hook=record.hook,
                     run_job=record.job) for r in record.actions]
     err = append(cfg.journal, run, *actions, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
     if err:
         record.local_errors.append(err)
-    _metrics(cfg, record)
+    if metrics_ok:
+        _metrics(cfg, record)
     if cfg.syslog and (record.status != HEALTHY or record.actions):
         # Healthy runs without actions stay in the journal: every node every interval
         # at debug level would only crowd syslog.
@@ -36,13 +36,27 @@ def record_run(cfg: Config, record: RunRecord) -> None:
         report_local(cfg, record.hook, record.local_errors)
 
 
+def _metrics_directory(cfg: Config, record: RunRecord) -> bool:
+    """Whether the textfile can be written; if not, why goes into the run's record (a
+    missing directory is a warning, one open to others our own local failure), never
+    silence. Only the runs that write metrics ask."""
+    if not cfg.prometheus_textfile_dir or record.dry_run or record.hook not in COMMITTING:
+        return False   # off; or a look or a dry run, which is not what happened on the node
+    from .metrics import directory_problem
+    problem = directory_problem(cfg.prometheus_textfile_dir)
+    if problem is None:
+        return True
+    kind, text = problem
+    if record.hook == "healthcheck":   # the one that writes the file
+        (record.warnings if kind == "missing" else record.local_errors).append(text)
+    # An unsafe directory still keeps the counters (write() refuses the file itself):
+    # they are right again the moment the directory is fixed.
+    return kind == "unsafe"
+
+
 def _metrics(cfg: Config, record: RunRecord) -> None:
     # Counters and the last success only feed the textfile: with no node_exporter
     # directory there is nothing to keep, and a healthy run writes no state for it.
-    if not cfg.prometheus_textfile_dir or not os.path.isdir(cfg.prometheus_textfile_dir):
-        return
-    if record.dry_run or record.hook not in COMMITTING:
-        return         # a look or a dry run is not what happened on the node
     from .state import StateStore
     state = StateStore(state_dir(cfg, record.node))
     try:
@@ -72,5 +86,5 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
         err = write(cfg.prometheus_textfile_dir or "", record.node,
                     render(record, counters, last_success.get(record.hook),
                            drained=state.load("drain").get("reason"), recoveries=recoveries))
-        if err:
+        if err and err not in record.local_errors:
             record.local_errors.append(err)

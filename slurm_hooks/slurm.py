@@ -50,6 +50,11 @@ class SlurmUnavailable(SlurmError):
     """No scontrol, or no slurmctld answering."""
 
 
+class SlurmNotConfigured(SlurmError):
+    """scontrol found no Slurm configuration (no slurm.conf, no configless source): no
+    controller was asked, so nothing refused; retrying the same call cannot help."""
+
+
 class OutOfTime(SlurmUnavailable):
     """The run's time for Slurm calls is spent: not tried, to be tried by a later run."""
 
@@ -60,6 +65,14 @@ MIN_CALL = 1.0
 # Messages of scontrol that mean "no slurmctld answered", not "slurmctld said no".
 _UNREACHABLE = ("Unable to contact slurm controller", "Zero Bytes were transmitted",
                 "Socket timed out on send/recv")
+# What scontrol says when it has no configuration at all (before asking anyone).
+_NO_CONFIG = ("Could not establish a configuration source",)
+
+
+def no_config_message(said: str) -> str:
+    """The real cause first, and what to set; scontrol's own words after."""
+    return ("no Slurm configuration found; set slurm.conf (slurm-hooks' `slurm: {conf: PATH}`, or "
+            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {said}")
 
 
 def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
@@ -291,6 +304,8 @@ class Slurm:
             if any(m in msg for m in _UNREACHABLE):
                 self.down = msg
                 raise SlurmUnavailable(msg)
+            if any(m in msg for m in _NO_CONFIG):
+                raise SlurmNotConfigured(no_config_message(msg))
             raise SlurmError(msg)
         return result
 

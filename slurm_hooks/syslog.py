@@ -40,7 +40,7 @@ def send(lines: list[tuple[int, str]], socket_path: str = "/dev/log", facility: 
 
 def lines_for(record: RunRecord) -> list[tuple[int, str]]:
     """The syslog lines of a run: its verdict, then each action."""
-    from .outcomes import Outcome
+    from .outcomes import Outcome, result_word
     bad = [f for f in record.findings if f.severity != "ok"]
     severity = {"healthy": INFO, "warning": WARNING, "unhealthy": WARNING}[record.status]
     what = "; ".join(f.summary for f in bad[:5]) or "all checks passed"
@@ -48,5 +48,6 @@ def lines_for(record: RunRecord) -> list[tuple[int, str]]:
     out = [(severity, f"{record.hook} {record.node}{job} {record.status}: {what}")]
     for r in record.actions:
         level = ERR if r.outcome == Outcome.FAILED else (WARNING if r.outcome == Outcome.HELD else NOTICE)
-        out.append((level, f"{r.outcome}: {r.action.describe()}" + (f" ({r.message})" if r.message else "")))
+        word = result_word(r.outcome, r.retry)     # the report's and the journal's word
+        out.append((level, f"{word}: {r.action.describe()}" + (f" ({r.message})" if r.message else "")))
     return out

@@ -87,7 +87,8 @@ def test_without_slurm_it_says_what_it_would_do(clean_cluster, hung_mount, tmp_p
     r = run_healthcheck(clean_cluster, tmp_path, "n3", [{"path": str(hung_mount.path)}],
                         slurm={"bin_dir": str(tmp_path)})
     assert r.returncode == 1
-    assert (f"would drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs) "
+    # Not done, and kept for the next run: never "would drain", which only a dry run says.
+    assert (f"spooled: drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs) "
             f"(Slurm unreachable, not done: scontrol not found in {tmp_path})") in r.stdout
 
 
@@ -121,4 +122,4 @@ def test_scontrol_on_a_hung_shared_filesystem_costs_a_deadline_not_a_hang(hung_m
     t0 = time.monotonic()
     r = subprocess.run([str(hooks), "-c", str(cfg), "healthcheck"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 1 and time.monotonic() - t0 < 1 + 2 + 2
-    assert "would drain node n9" in r.stdout and "scontrol gave no answer within 2s" in r.stdout
+    assert "spooled: drain node n9" in r.stdout and "scontrol gave no answer within 2s" in r.stdout

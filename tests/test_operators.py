@@ -55,7 +55,7 @@ def test_prometheus_textfile_parses_with_the_official_client(node, tmp_path, hun
     latency = {s.labels["path"]: s.value for s in fams["slurm_hooks_filesystem_probe_latency_seconds"].samples}
     assert latency[str(hung_mount.path)] >= 1.0
     status = {s.labels["check"]: s.value for s in fams["slurm_hooks_check_status"].samples}
-    assert status == {"filesystem": 2.0, "stuck_tasks": 0.0, "gpu": 0.0}
+    assert status == {"filesystem": 2.0, "stuck_tasks": 0.0, "gpu": 0.0, "fabric": 0.0, "site": 0.0}
     assert fams["slurm_hooks_healthy"].samples[0].value == 0.0
     assert "slurm_hooks_last_success_timestamp_seconds" not in fams       # never healthy yet
     # The drain could not be taken (no Slurm): counted as such.
@@ -102,7 +102,8 @@ def test_syslog_lines(node, tmp_path, hung_mount):
         sock.close()
     assert got[0].startswith("<156>slurm-hooks[")           # local3 (19) * 8 + warning (4)
     assert got[0].endswith(f"healthcheck opsnode unhealthy: fs {hung_mount.path} create hung >1s (fuse.fusefs)")
-    assert got[1].startswith("<155>") and "failed: drain node opsnode" in got[1]   # error (3)
+    # The report's word: failed for want of Slurm, kept in the spool for the next run.
+    assert got[1].startswith("<155>") and "spooled: drain node opsnode" in got[1]   # error (3)
 
 
 def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount):

@@ -16,6 +16,7 @@ journal) is moved aside first and put back after the purge.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -360,8 +361,17 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     (found by man through MANPATH, rendered without a warning), the completion, the
     rules and the dashboard, the configuration and the private directories."""
     prefix, mandir, completions = tmp_path / "opt", tmp_path / "man", tmp_path / "completions"
-    env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions))
+    sbindir = tmp_path / "sbin"            # not the host's /usr/local/sbin
+    env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions),
+               SBINDIR=str(sbindir))
     timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
+    # The programs on root's PATH, and man pages that name where this install put things.
+    for name in PROGRAMS:
+        assert os.readlink(sbindir / name) == str(prefix / "bin" / name), name
+    page = gzip.decompress((mandir / "man8/slurm-hooks.8.gz").read_bytes()).decode()
+    page = page.replace("\\-", "-").replace("\\:", "")         # roff's hyphens and break points
+    assert f"HealthCheckProgram={sbindir}/slurm-hooks-healthcheck" in page
+    assert f"{prefix}/share/slurm-hooks/prometheus/slurm-hooks-rules.yml" in page and "/usr/sbin/" not in page
     r = run([prefix / "bin/slurm-hooks", "--version"])
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
     # The programs run the environment's python with -I -S: a planted PYTHONPATH, the

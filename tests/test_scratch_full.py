@@ -154,7 +154,9 @@ def test_full_scratch_is_a_resumable_failure_of_the_health_check(hooks, scratch,
     from slurm_hooks.actuation import drain_record
     from slurm_hooks.model import Action, ActionResult, Finding
     from slurm_hooks.state import StateStore
-    drain = Action(**{k: v for k, v in rec["actions"][0].items() if k not in ("outcome", "code", "message", "retry")})
+    from dataclasses import fields
+    names = {f.name for f in fields(Action)}
+    drain = Action(**{k: v for k, v in rec["actions"][0].items() if k in names})
     record = drain_record({}, [ActionResult(drain, "done")], [Finding(**f)], NODE)
     assert record["resumable"] is True and record["reason"] == drain.reason
     StateStore(str(hooks.state)).save("drain", record)
