@@ -106,7 +106,9 @@ def test_libslurm_fatal_exit_is_a_clear_error_not_the_end_of_the_run(cluster, tm
     auto = write_config(tmp_path, {"bin_dir": cluster.bin_dir, "backend": "auto", "timeout": 20})
     shown = in_use(auto)
     assert shown["backend"] == "scontrol", shown
-    assert shown["why"].startswith("auto: the running Slurm's version is unknown (scontrol: "), shown
+    # The cause in words an admin acts on (outcomes' vocabulary), then scontrol's own.
+    assert shown["why"].startswith("auto: the running Slurm's version is unknown (no Slurm configuration "
+                                   "found; set slurm.conf"), shown
     assert "fatal: Could not establish a configuration source" in shown["why"], shown
 
     forced = write_config(tmp_path, {"bin_dir": cluster.bin_dir, "backend": "pyslurm", "timeout": 20})

@@ -214,7 +214,11 @@ def test_the_owner_cannot_change_roots_report(clean_cluster, owner, shared_fs, s
     imported = marker.read_text().splitlines()
     assert imported and all(f"as uid {owner.uid} " in line for line in imported), imported  # root's: never
     assert d["fanout"] == "clush" and d["missing"] == {}
-    assert [g["who"] for g in d["groups"]] == ["rank 0 on n1", "ranks 1-2 on n2,n3"], d["summary"]
+    # Rank 0 is the odd one out; ranks 1 and 2 spin between collectives, so a rank caught
+    # on a CPU at the moment of the sample may stand alone: either way, both are there.
+    who = [g["who"] for g in d["groups"]]
+    assert who[0] == "rank 0 on n1" and who[1:] in (["ranks 1-2 on n2,n3"], ["rank 1 on n2", "rank 2 on n3"],
+                                                   ["rank 2 on n3", "rank 1 on n2"]), d["summary"]
     assert d["summary"].startswith(f"rank 0 on n1 is in write() on {shared_fs.path}/train.log (fuse.fusefs, D for ")
     assert "forged" not in json.dumps(d) and "healthy (ok.py" not in json.dumps(d)
     assert sorted(rep["node"] for rep in d["reports"]) == ["n1", "n2", "n3"]
