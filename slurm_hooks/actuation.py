@@ -397,7 +397,7 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
         r = a.recovery
         # Inside the run's action deadline (slurmd kills the health check at 60 s): a
         # recovery that cannot fit is left whole for the next run, never cut short.
-        need = 3 * r.timeout + r.wait
+        need = 4 * r.timeout + r.wait      # method, detach, remount, probe: each its deadline
         if until is not None and until - time.monotonic() < need:
             out.append(ActionResult(a, Outcome.FAILED, f"not started: {need:g}s needed, less left in this run "
                                     "(actions.deadline); the next run tries", retry=False, code=Code.OUT_OF_TIME))

@@ -122,7 +122,7 @@ def owner(m: Mount, task_table: MountTable, host: MountTable, uid: int) -> tuple
     theirs = task_table.user_owner(m)
     if theirs is not None:
         return "user", theirs
-    same = [h for h in host.with_dev(m.dev)] if m.dev else []
+    same = host.with_dev(m.dev) if m.dev else []
     if not same:
         return "user", uid
     if all(host.user_owner(h) is not None for h in same):
