@@ -40,10 +40,10 @@ def status_once(cluster, conf: Path) -> float:
 
 
 def incident_once(cluster, backend: str) -> tuple[float, dict]:
-    from slurm_hooks.actions import execute
-    from slurm_hooks.backend import open_backend
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.model import Action
+    from slurm_hooks.act.actions import execute
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.core.model import Action
+    from slurm_hooks.slurm.connect import open_backend
     job = cluster.sbatch("-N1", "-w", "n1", "--requeue", "-o", "/dev/null", script="sleep 300\n")
     cluster.wait_for(lambda: cluster.job_state(job) == "RUNNING", 30, what="job running")
     cluster.scontrol("update", f"jobid={job}", "admincomment=admin: keep this")

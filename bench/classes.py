@@ -5,7 +5,7 @@
 Each variant runs in a fresh `python -I -S` (so module caches do not carry over), in
 alternated rounds: importing the standard library's dataclasses module, then defining
 25 classes of 6 typed fields (defaults, a default_factory, as in slurm_hooks) as
-standard dataclasses (plain, frozen, slots, with a docstring), as slurm_hooks.records
+standard dataclasses (plain, frozen, slots, with a docstring), as slurm_hooks.core.records
 classes, and as plain classes; then building 1,000 instances of one of them.
 Prints medians in milliseconds.
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 variant = sys.argv[1]
 t0 = time.perf_counter()
 if variant.startswith("records"):
-    from slurm_hooks.records import dataclass, field
+    from slurm_hooks.core.records import dataclass, field
 elif variant != "plain class":
     from dataclasses import dataclass, field
 else:

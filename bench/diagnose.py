@@ -145,8 +145,8 @@ def storm(cluster, tmp: Path, limit: int = 3, rounds: int = 5) -> None:
 def node_list_reads(cluster, n: int = 20) -> None:
     """Wall time of one read of the node list: through Slurm's library (1 RPC) and
     through scontrol (2)."""
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.scontrol import Slurm
     for label, library in (("library", True), ("scontrol", False)):
         times = []
         for _ in range(n):

@@ -7,7 +7,7 @@ writes DIR/slurm-hooks.8, DIR/slurm-hooks.yaml.5 and DIR/slurm-hooks.bash-comple
 
 Commands, options and their help come from the argument parser (slurm_hooks.cli's
 build_parser), settings with their types, defaults and meaning from the configuration
-table (slurm_hooks.config's iter_settings), check names from the check registry, exit
+table (slurm_hooks.core.config's iter_settings), check names from the check registry, exit
 statuses and paths from the modules' constants. Only the prose around them lives
 here. The package builds (packaging/stage.py) and packaging/install.sh run this at
 install time, so a page cannot describe an option the program lacks, or miss one it has.
@@ -28,9 +28,10 @@ SRC = os.path.dirname(HERE)
 if SRC not in sys.path:
     sys.path.insert(0, SRC)
 
-from slurm_hooks import __version__, cli, config  # noqa: E402
+from slurm_hooks import __version__, cli
+from slurm_hooks.core import config  # noqa: E402
 from slurm_hooks.checks import REGISTRY  # noqa: E402
-from slurm_hooks.records import MISSING  # noqa: E402
+from slurm_hooks.core.records import MISSING  # noqa: E402
 
 PROGRAMS = ("slurm-hooks", "slurm-hooks-healthcheck", "slurm-hooks-prolog", "slurm-hooks-epilog")
 # Positionals and option values completed from a list (metavar -> words) or as files.

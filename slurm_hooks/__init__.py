@@ -1,1 +1,8 @@
 __version__ = "0.1.0"
+
+
+def library_dir() -> str:
+    """The absolute directory holding the slurm_hooks package this process runs: what a
+    child started with `python -I` puts on its path to run this very installation."""
+    import os
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,7 +12,7 @@ from . import __version__
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from .config import Config
+    from .core.config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
@@ -118,8 +118,8 @@ def _json_error(command: str, error: str, problems: list[str] | None = None) -> 
 
 
 def _load_config(path_arg):
-    from . import config
-    return config.load(config.config_path(path_arg))
+    from .core import config
+    return config.load(config.config_path(path_arg), mount_kind=_mount_kind)
 
 
 # The node commands cron, wrappers and admins run on every node, in their plain forms:
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         _one_shot()
     else:
         args = _parser().parse_args(argv)
-    from .config import ConfigError
+    from .core.config import ConfigError
     if args.command == "explain":          # reads the journal: a broken configuration must not stop it
         return _explain(args)
     try:
@@ -179,27 +179,27 @@ def main(argv: list[str] | None = None) -> int:
             _json_error(args.command, "configuration error", e.problems)
         if args.command in ("prolog", "epilog", "healthcheck"):
             # The same as slurmd's own programs: journalled, nothing acted on.
-            from .config import config_path
-            from .hooks import config_error
+            from .core.config import config_path
+            from .run.hooks import config_error
             code = config_error(args.command, e, config_path(args.config))
             return EXIT_USAGE if args.command == "healthcheck" else code
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
     if args.command in ("prolog", "epilog"):
-        from .hooks import run_hook
+        from .run.hooks import run_hook
         return run_hook(cfg, args.command, dry_run=args.dry_run, as_json=args.json)
     if args.command == "check":
         return _check(cfg, args)
     if args.command == "status":
         return _status(cfg, args.json)
     if args.command == "diagnose":
-        from .diagnose import main as diagnose_main
+        from .views.diagnose import main as diagnose_main
         if args.timeout is not None and args.timeout <= 0:
             print("slurm-hooks diagnose: --timeout must be positive", file=sys.stderr)
             return EXIT_USAGE
         return diagnose_main(cfg, args.job, args.json, args.timeout, args.stacks, args.record)
     if args.command == "job-report":
-        from .jobreport import main as report_main
+        from .views.jobreport import main as report_main
         return report_main(cfg, args.job, args.node, args.json, args.sample, args.stacks, args.deadline)
     if args.command == "healthcheck":
         return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
@@ -207,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(cfg: Config, args) -> int:
-    from . import engine, report
     from .checks import names
+    from .run import engine
+    from .sinks import report
     known = names()              # other packages' checks (entry points) can be named too
     unknown = [n for n in args.names if n not in known]
     if unknown:
@@ -221,8 +222,10 @@ def _check(cfg: Config, args) -> int:
 
 
 def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
-    from . import engine, report, sinks
-    from .lock import Busy
+    from .core.lock import Busy
+    from .run import engine
+    from .sinks import record as sinks
+    from .sinks import report
     try:
         record = engine.run_locked(cfg, "healthcheck", cfg.policy.lock_timeout, act=True, dry_run=dry_run)
     except Busy as e:
@@ -236,9 +239,9 @@ def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
 def _status(cfg: Config, as_json: bool) -> int:
     import json
 
-    from .backend import open_backend
-    from .slurm import SlurmError
-    from .status import collect, render
+    from .slurm.api import SlurmError
+    from .slurm.connect import open_backend
+    from .views.status import collect, render
     try:
         st = collect(open_backend(cfg.slurm), cfg.reason_prefix)
     except SlurmError as e:
@@ -253,14 +256,15 @@ def _status(cfg: Config, as_json: bool) -> int:
 def _explain(args) -> int:
     import json
 
-    from . import engine, journal
-    from .explain import explain, explain_json, node_runs
-    from .state import StateStore
+    from .core.config import node_name
+    from .core.state import StateStore, state_dir
+    from .sinks import journal
+    from .views.explain import explain, explain_json, node_runs
     cfg = _explain_config(args.config)
     path = args.journal or cfg.journal
-    node = args.node or engine.node_name(cfg)
+    node = args.node or node_name(cfg)
     records = journal.read(path)
-    drain = StateStore(engine.state_dir(cfg, node)).load("drain")
+    drain = StateStore(state_dir(cfg, node)).load("drain")
     named = any(r.get("node") == node for r in records)
     # A mistyped --node must not read as "healthy, not drained". Runs that could not
     # read their configuration name no node: this host's, so only without --node.
@@ -281,12 +285,12 @@ def _explain(args) -> int:
 def _explain_config(path_arg):
     """The configuration explain needs only for where the journal and the state are:
     a file that does not load still names them (config.journal_of), else the defaults."""
-    from . import config
+    from .core import config
     path = config.config_path(path_arg)
     try:
-        return config.load(path)
+        return config.load(path, mount_kind=_mount_kind)
     except config.ConfigError as e:
-        from .explain import plain_settings
+        from .views.explain import plain_settings
         cfg = config.Config()
         cfg.journal = config.journal_of(path)
         for key, value in plain_settings(path).items():
@@ -297,18 +301,18 @@ def _explain_config(path_arg):
 
 
 def _config_command(args) -> int:
-    from . import config
+    from .core import config
     if args.config_command == "check":
         return _config_check(args.file or config.config_path(args.config), args.strict, args.json)
     if args.config_command == "show":
         import json
 
-        from .records import asdict
+        from .core.records import asdict
         cfg = _load_config(args.config)
         shown = asdict(cfg)
         # Not a setting: which backend slurm.backend resolves to here, and why.
-        from .backend import choose
-        from .slurm import Slurm
+        from .slurm.connect import choose
+        from .slurm.scontrol import Slurm
         choice = choose(cfg.slurm, Slurm(cfg.slurm))
         shown["slurm_backend_in_use"] = {"backend": choice.backend, "why": choice.why,
                                          **({"error": choice.error} if choice.error else {})}
@@ -322,15 +326,15 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
     says of the filesystems to probe: warnings, errors with --strict."""
     import json
 
-    from . import config
-    from .configcheck import probe_warnings
+    from .core import config
+    from .views.configcheck import probe_warnings
     if path is None:
         text = "no configuration file given or found; the built-in defaults are in use"
         print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text})
               if as_json else text)
         return EXIT_OK
     try:
-        config.load(path, cache_dir=None)      # the file as it is now, not a cached copy
+        config.load(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
     except config.ConfigError as e:
         if as_json:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
@@ -361,12 +365,12 @@ def _one_shot() -> None:
 def healthcheck_main() -> int:
     """Entry point for HealthCheckProgram (run by slurmd with no arguments)."""
     _one_shot()
-    from . import config
-    from .config import ConfigError
+    from .core import config
+    from .core.config import ConfigError
     try:
-        cfg = config.load(config.config_path(None))
+        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
     except ConfigError as e:
-        from .hooks import config_error
+        from .run.hooks import config_error
         config_error("healthcheck", e, config.config_path(None))   # nothing drained for our own mistake
         return EXIT_USAGE
     return _healthcheck(cfg, dry_run=False)
@@ -374,11 +378,11 @@ def healthcheck_main() -> int:
 
 def _hook_main(hook: str) -> int:
     _one_shot()
-    from . import config
-    from .config import ConfigError
-    from .hooks import config_error, run_hook
+    from .core import config
+    from .core.config import ConfigError
+    from .run.hooks import config_error, run_hook
     try:
-        cfg = config.load(config.config_path(None))
+        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
     except ConfigError as e:
         return config_error(hook, e, config.config_path(None))
     return run_hook(cfg, hook)
@@ -416,3 +420,9 @@ def build_parser():
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _mount_kind(path: str) -> str | None:
+    # What the loader asks of this host: read only for a recovery setting to check.
+    from .host.mounts import fstype_at
+    return fstype_at(path)

@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
-
 from helpers import ROOT, SLURM_HOOKS, KernelLog
+from prometheus_client.parser import text_string_to_metric_families
 
 RULES = ROOT / "packaging" / "prometheus" / "slurm-hooks-rules.yml"
 SCRAPE_JOB = "node"

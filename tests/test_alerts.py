@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import ROOT, gpu, poll, proc_state
 from mounts_fixtures import require_fuse, require_mount_privileges, start_fuse, start_tmpfs
 from promseries import RULES, Node, alert, input_series, promtool_test, scrape_labels

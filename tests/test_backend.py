@@ -9,9 +9,10 @@ import subprocess
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS, journal
-from slurm_hooks.backend import major_minor, pyslurm_distribution
+
+from slurm_hooks.slurm.api import major_minor
+from slurm_hooks.slurm.connect import pyslurm_distribution
 
 try:
     from .conftest import HOW_TO_BUILD

@@ -9,11 +9,9 @@ import psutil
 import pytest
 
 try:
-    from .slurmcluster import (SlurmCluster, cgroup_v1_freezer_mounted,
-                               parse_kv_line, stale_daemons)
+    from .slurmcluster import SlurmCluster, cgroup_v1_freezer_mounted, parse_kv_line, stale_daemons
 except ImportError:
-    from slurmcluster import (SlurmCluster, cgroup_v1_freezer_mounted,
-                              parse_kv_line, stale_daemons)
+    from slurmcluster import SlurmCluster, cgroup_v1_freezer_mounted, parse_kv_line, stale_daemons
 
 # The fixture itself, not slurm-hooks: once per Slurm, not once per backend.
 pytestmark = [pytest.mark.cluster, pytest.mark.backend_independent]

@@ -6,9 +6,9 @@ import re
 import subprocess
 
 import pytest
+from helpers import ROOT, SLURM_HOOKS
 
-from slurm_hooks import config
-from helpers import SLURM_HOOKS, ROOT
+from slurm_hooks.core import config
 
 
 def problems(tmp_path, text):
@@ -196,7 +196,7 @@ def test_beside_command_needs_an_absolute_path(tmp_path):
 
 
 def test_yaml_tags_that_build_objects_are_refused(tmp_path):
-    from slurm_hooks import config
+    from slurm_hooks.core import config
     path = tmp_path / "evil.yaml"
     path.write_text("node_name: !!python/object/apply:os.system ['touch /tmp/owned']\n")
     with pytest.raises(config.ConfigError) as e:

@@ -11,10 +11,10 @@ import subprocess
 
 import pytest
 import yaml
-
 from helpers import ROOT
 from promseries import Node, input_series, promtool_test
-from slurm_hooks.metrics import HELP
+
+from slurm_hooks.sinks.metrics import HELP
 
 DASHBOARD = ROOT / "packaging" / "grafana" / "slurm-hooks.json"
 # What Grafana puts in place of its variables before the query reaches Prometheus.

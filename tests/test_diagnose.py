@@ -6,9 +6,9 @@ import json
 import re
 from types import SimpleNamespace
 
-from slurm_hooks.diagnose import _ranges, aggregate, default_collector, parse_labelled, render, step_env
-from slurm_hooks.runner import run_command
-from slurm_hooks.slurm import SAFE_PATH
+from slurm_hooks.host.runner import run_command
+from slurm_hooks.slurm.scontrol import SAFE_PATH
+from slurm_hooks.views.diagnose import _ranges, aggregate, default_collector, parse_labelled, render, step_env
 
 # What a terminal acts on, a line break, text turned right to left (reason._UNPRINTABLE).
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
@@ -161,7 +161,7 @@ def test_the_collector_runs_this_installation_whatever_the_callers_directory_and
 
 
 def test_an_answer_is_the_node_ssh_reached_whatever_its_document_says():
-    from slurm_hooks.diagnose import _keyed, node_document
+    from slurm_hooks.views.diagnose import _keyed, node_document
     out = "noise\n" + json.dumps({"node": "n3" + HOSTILE, "job": "99", "tasks": [], "notes": []}) + "\n"
     doc = _keyed(node_document(out), "n1", "7")
     assert (doc["node"], doc["job"]) == ("n1", "7")
@@ -171,7 +171,7 @@ def test_an_answer_is_the_node_ssh_reached_whatever_its_document_says():
 
 
 def test_the_remote_command_carries_nothing_of_the_callers_environment():
-    from slurm_hooks.fanout import NODE, remote_command
+    from slurm_hooks.views.fanout import NODE, remote_command
     argv = remote_command(["/usr/bin/python3", "-I", "-c", "x"], "7", 0.5, 3.0, False, "/etc/x.yaml")
     assert argv[:6] == ["/usr/bin/env", "-i", "-C", "/", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
     assert "SLURM_HOOKS_CONFIG=/etc/x.yaml" in argv and argv[argv.index("--node") + 1] == NODE

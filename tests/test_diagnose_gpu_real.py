@@ -29,7 +29,7 @@ time.sleep(120)
 
 
 def test_a_real_process_and_its_gpu(tmp_path):
-    from slurm_hooks.jobreport import gpus_held
+    from slurm_hooks.views.jobreport import gpus_held
     p = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"

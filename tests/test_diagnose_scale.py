@@ -12,7 +12,6 @@ import time
 
 import pytest
 import yaml
-
 from helpers import BIN, NODE_RPCS, SLURM_HOOKS, lock_ranks, sdiag_counts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scale]

@@ -243,7 +243,7 @@ def test_the_collector_runs_as_root_outside_the_job(clean_cluster, owner, shared
     seen = tmp_path / "where.txt"
     probe = tmp_path / "where.py"
     probe.write_text(WHERE_AM_I)
-    from slurm_hooks.diagnose import default_collector
+    from slurm_hooks.views.diagnose import default_collector
     r, _ = diagnose(admin_env(tmp_path, cluster, sshd, collector=[PY, "-I", str(probe), str(seen),
                                                                     *default_collector()]), job, "--no-stacks")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -298,7 +298,7 @@ def test_a_node_whose_collector_hangs_is_reported_and_the_command_ends_on_time(c
     wrapper = tmp_path / "hang-on-n3"
     wrapper.write_text(HANG_ON_N3.format(pids=pids))
     wrapper.chmod(0o755)
-    from slurm_hooks.diagnose import default_collector
+    from slurm_hooks.views.diagnose import default_collector
     try:
         r, took = diagnose(admin_env(tmp_path, cluster, sshd, collector=[str(wrapper), *default_collector()]),
                            job, "--timeout", "5", "--no-stacks")

@@ -15,7 +15,8 @@ import yaml
 from helpers import SLURM_HOOKS
 from ib_fixtures import Port, hca
 
-from slurm_hooks import config, engine
+from slurm_hooks.core import config
+from slurm_hooks.run import engine
 
 
 @pytest.fixture
@@ -294,7 +295,7 @@ def test_alerts_port_down_flapping_and_errors_rising(tmp_path):
 
 def test_explain_shows_the_port_evidence_of_a_fabric_drain(node):
     """`slurm-hooks explain` names what its explain keys say: the port's states and rates."""
-    from slurm_hooks import explain
+    from slurm_hooks.views import explain
     [p] = hca(node.sysfs, 1)
     node.run()
     p.set(state=1, phys=2)

@@ -18,9 +18,10 @@ import sys
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS, poll, proc_state
-from slurm_hooks import cli, jsonio, lazyre, records
+
+from slurm_hooks import cli
+from slurm_hooks.core import jsonio, lazyre, records
 
 # --- the node commands, parsed by hand -------------------------------------------------
 
@@ -161,7 +162,7 @@ def test_records_behave_as_standard_dataclasses(frozen):
         for cls in (std, ours):
             with pytest.raises(TypeError):
                 hash(cls("a"))                      # a list field: unhashable, as in the standard library
-        from slurm_hooks.mounts import Mount
+        from slurm_hooks.host.mounts import Mount
         assert len({Mount(1, "/", "ext4", "/dev/x", "rw", ""), Mount(1, "/", "ext4", "/dev/x", "rw", "")}) == 1
         with pytest.raises(AttributeError):
             ours("a").size = 3
@@ -224,9 +225,9 @@ def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
                                    "filesystems": [{"path": str(tmp_path / "fs")}, {"path": "/dev/shm"}],
                                    "prometheus_textfile_dir": None}))
     code = ("import sys\n"
-            "from slurm_hooks import cli, config\n"
+            "from slurm_hooks import cli\nfrom slurm_hooks.core import config\n"
             # the validated-configuration cache in a scratch directory, not the host's /run
-            f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r},)\n"
+            f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None)\n"
             "rc = cli.healthcheck_main() if sys.argv[1] == 'real' else cli.main(['healthcheck', '--dry-run'])\n"
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), rc, file=sys.stderr)\n")
     env = {"SLURMD_NODENAME": "testnode", "SLURM_HOOKS_CONFIG": str(cfg)}
@@ -250,9 +251,9 @@ def test_this_runs_probes_in_d_are_not_taken_for_stuck_tasks(hung_mount, tmp_pat
     in D is its own check's business, while any other task in D still is found."""
     from slurm_hooks.checks import Context
     from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
-    from slurm_hooks.config import Config
-    from slurm_hooks.runner import HUNG, Runner, Task
-    from slurm_hooks.state import StateStore
+    from slurm_hooks.core.config import Config
+    from slurm_hooks.core.state import StateStore
+    from slurm_hooks.host.runner import HUNG, Runner, Task
 
     other = subprocess.Popen([sys.executable, "-c", "import sys; open(sys.argv[1] + '/other', 'a')",
                               str(hung_mount.path)], start_new_session=True)

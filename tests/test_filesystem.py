@@ -11,7 +11,6 @@ import time
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS, poll, proc_state
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from helpers import ROOT, SLURM_HOOKS
 
-from slurm_hooks import journal
+from slurm_hooks.sinks import journal
 
 # The scontrol of a node with no slurm.conf and no configless DNS records: what real
 # scontrol prints then (Slurm 22.05 to 25.11), before it asks anyone.

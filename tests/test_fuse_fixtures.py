@@ -8,11 +8,24 @@ import os
 import time
 
 import pytest
-
 from mounts_fixtures import (  # noqa: F401  (fixtures are used by name)
-    full_mount, hung_mount, is_mounted, late_mount, make_fuse, make_tmpfs,
-    mounts_at, ok_mount, poll_exit, proc_stat, ro_mount, run_child,
-    slow_mount, spawn_child, stuck_mount, swallow_mount)
+    full_mount,
+    hung_mount,
+    is_mounted,
+    late_mount,
+    make_fuse,
+    make_tmpfs,
+    mounts_at,
+    ok_mount,
+    poll_exit,
+    proc_stat,
+    ro_mount,
+    run_child,
+    slow_mount,
+    spawn_child,
+    stuck_mount,
+    swallow_mount,
+)
 
 STAT_CHILD = r'''
 report(phase="before")

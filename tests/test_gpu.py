@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, proc_state
 
 FAKE = ROOT / "tests" / "fake_nvml"
@@ -98,7 +97,7 @@ def test_nvml_tables_are_nvmls_own():
     """The numbers nvml.py decodes are the real module's: field-value union members by
     value type, recovery actions, NVLink error counters."""
     real = pytest.importorskip("pynvml")
-    from slurm_hooks import nvml
+    from slurm_hooks.host import nvml
     members = [f[0] for f in real.c_nvmlValue_t._fields_]
     for vtype, member in nvml.VALUE_MEMBERS.items():
         name = next(n for n in dir(real) if n.startswith("NVML_VALUE_TYPE_") and getattr(real, n) == vtype
@@ -239,7 +238,7 @@ def test_lost_gpu_with_its_xid_is_one_line(nvml):
 
 
 def test_readme_xid_table_is_the_code_table():
-    from slurm_hooks import xid
+    from slurm_hooks.host import xid
     text = (ROOT / "README.md").read_text()
     for cls in (xid.DRAIN, xid.RECORD, xid.WARN):
         row = next(line for line in text.splitlines() if line.startswith(f"| `{cls}` |"))

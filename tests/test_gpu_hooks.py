@@ -11,10 +11,10 @@ import subprocess
 import time
 
 import pytest
-
 from helpers import poll
-from slurm_hooks.hooks import JobInfo
 from test_gpu import hook_run, nvml  # noqa: F401 (a fixture)
+
+from slurm_hooks.core.model import JobInfo
 
 
 def summaries(rec):

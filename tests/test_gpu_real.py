@@ -17,8 +17,8 @@ import time
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS
+
 from slurm_hooks.checks.gpu import driver_present
 from slurm_hooks.checks.gpu_count import pci_gpus
 
@@ -83,7 +83,7 @@ def test_enumeration_without_mig_agrees_with_the_bus_and_the_driver(tmp_path):
     print(f"\n{len(gpus)} GPU(s), {len(gpus) - len(whole)} in MIG mode; on the bus: {sorted(pci_gpus())}")
     assert {g["pci"] for g in gpus} == pci_gpus()
     assert len({g["minor"] for g in gpus}) == len(gpus)
-    from slurm_hooks.nvml import _proc_minors
+    from slurm_hooks.host.nvml import _proc_minors
     driver = _proc_minors()
     if driver:
         assert {g["pci"]: g["minor"] for g in gpus} == driver

@@ -13,7 +13,6 @@ import time
 
 import pytest
 import yaml
-
 from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu
 
 pytestmark = pytest.mark.cluster

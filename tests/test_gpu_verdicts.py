@@ -6,11 +6,12 @@ from __future__ import annotations
 import copy
 
 import pytest
-
-from slurm_hooks import policy, xid
-from slurm_hooks.config import ActionsConfig
-from slurm_hooks.model import Finding
 from test_gpu import hook_run, nvml  # noqa: F401 (a fixture)
+
+from slurm_hooks.core.config import ActionsConfig
+from slurm_hooks.core.model import Finding
+from slurm_hooks.decide import policy
+from slurm_hooks.host import xid
 
 
 def bad(rec):
@@ -110,7 +111,7 @@ def test_xid_on_a_mig_gpu_counts(nvml):
 
 
 def test_mig_xid_lines_match_only_anchored_kernel_records():
-    from slurm_hooks import kmsg
+    from slurm_hooks.host import kmsg
     line = "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=2407, name=python3, Contained: SM (0x1). RST: No"
     records = [
         kmsg.parse_record(f"4,1,10,-;{line}".encode()),                         # the driver's
@@ -255,7 +256,7 @@ def test_xid_table_classes_are_known():
 
 # --- 8. idle while busy: never a failure alone ----------------------------------------------
 def test_an_idle_gpu_alone_never_fails_joined_to_a_stuck_task_it_does():
-    from slurm_hooks.correlate import correlate
+    from slurm_hooks.decide.correlate import correlate
 
     def idle(severity):
         return Finding("gpu", "gpu 0 (0000:3b:00.0)", "idle_while_busy", severity,

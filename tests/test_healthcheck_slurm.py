@@ -6,12 +6,12 @@ import subprocess
 import time
 
 import pytest
-
 from helpers import SLURM_HOOKS, journal, write_node_configs
-from slurm_hooks.actions import execute
-from slurm_hooks.config import SlurmConfig
-from slurm_hooks.model import Action
-from slurm_hooks.backend import open_backend
+
+from slurm_hooks.act.actions import execute
+from slurm_hooks.core.config import SlurmConfig
+from slurm_hooks.core.model import Action
+from slurm_hooks.slurm.connect import open_backend
 
 pytestmark = pytest.mark.cluster
 INTERVAL, DEADLINE = 3, 2

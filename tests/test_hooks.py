@@ -10,9 +10,9 @@ import time
 
 import pytest
 import yaml
+from helpers import BIN, SLURM_HOOKS, poll
 
-from helpers import SLURM_HOOKS, BIN, poll
-from slurm_hooks.hooks import JobInfo
+from slurm_hooks.core.model import JobInfo
 
 
 def write_config(path, tmp_path, **extra):
@@ -67,7 +67,7 @@ def test_corrupted_state_is_set_aside_not_fatal(tmp_path, name):
 
 
 def test_state_store_sets_foreign_files_aside(tmp_path):
-    from slurm_hooks.state import StateStore
+    from slurm_hooks.core.state import StateStore
     s = StateStore(str(tmp_path))
     (tmp_path / "x.json").write_text("[1, 2]")
     assert s.load("x") == {} and "expected a JSON dict, got list" in s.warnings[0]

@@ -7,9 +7,7 @@ import sys
 import time
 
 import pytest
-
-from helpers import (STUCK_WRITER, hook_wrapper, journal, node_rpcs_spent, sdiag_counts,
-                     stuck_writer_job, write_node_configs)
+from helpers import STUCK_WRITER, hook_wrapper, journal, node_rpcs_spent, sdiag_counts, stuck_writer_job, write_node_configs
 from helpers import manual_healthcheck as healthcheck
 
 pytestmark = pytest.mark.cluster
@@ -188,8 +186,8 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
 def test_the_node_list_through_slurms_library_matches_scontrol(clean_cluster, tmp_path):
     """One RPC through the library next to scontrol; two through scontrol where there is
     no library (a scontrol alone in its directory), and the same nodes either way."""
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.slurm import Slurm, parse_oneliner
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.scontrol import Slurm, parse_oneliner
     cluster = clean_cluster
     cluster.scontrol("update", "nodename=n2", "state=drain", "reason=ops: fan a=b [x] broken")
     lone = tmp_path / "bin"

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from slurm_hooks.actions import _refused, job_uid
-from slurm_hooks.hostlist import HostlistError, contains, expand
-from slurm_hooks.model import Action
+from slurm_hooks.act.actions import _refused, job_uid
+from slurm_hooks.core.hostlist import HostlistError, contains, expand
+from slurm_hooks.core.model import Action
 
 
 def test_expand_ranges_lists_padding_and_several_brackets():

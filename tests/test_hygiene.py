@@ -9,7 +9,6 @@ import sys
 
 import psutil
 import pytest
-
 from conftest import WATCHED, left_behind
 from helpers import ROOT, poll
 

@@ -10,11 +10,12 @@ import time
 
 from mounts_fixtures import proc_state, require_fuse, start_fuse, wait_for_state
 
-from slurm_hooks import config, jobreport
-from slurm_hooks.jobreport import NodeReport, TaskInfo, _place, _rest_of_the_running, _thread
-from slurm_hooks.jobs import JobRef
-from slurm_hooks.runner import PYSPY_STATE, Runner
-from slurm_hooks.state import StateStore
+from slurm_hooks.core import config
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.host.jobs import JobRef
+from slurm_hooks.host.runner import PYSPY_STATE, Runner
+from slurm_hooks.views import jobreport
+from slurm_hooks.views.jobreport import NodeReport, TaskInfo, _place, _rest_of_the_running, _thread
 
 # What a terminal acts on, or a line break, or text turned right to left: none of it may
 # leave a report raw (reason._UNPRINTABLE's set).
@@ -83,7 +84,7 @@ def test_user_strings_reach_the_text_report_only_printable(tmp_path):
         assert t.fstype.startswith("fuse.") and CONTROL.search(t.fstype + t.file + t.comm) is None, t
         t.progress = False
         task = TaskInfo(pid=child.pid, ppid=1, comm=t.comm, uid=0, step="0", local_task="0", threads=[t])
-        from slurm_hooks.diagnose import render_node
+        from slurm_hooks.views.diagnose import render_node
         text = render_node(NodeReport(node="n1", job="7", tasks=[task]).to_json())
     finally:
         child.kill()

@@ -1,7 +1,7 @@
 """Attribution of processes to Slurm jobs from their cgroup paths."""
 from __future__ import annotations
 
-from slurm_hooks.jobs import JobRef, from_cgroup, init_root, of_pid, parse_listpids
+from slurm_hooks.host.jobs import JobRef, from_cgroup, init_root, of_pid, parse_listpids
 
 V1 = """12:pids:/slurm/uid_1000/job_1234/step_0/task_3
 11:freezer:/slurm/uid_1000/job_1234/step_0
@@ -124,8 +124,8 @@ def test_cpu_and_memory_of_a_jobs_tasks_come_from_psutil_in_the_child():
     import os
     import time
 
-    from slurm_hooks.jobreport import _cpu_sample
-    from slurm_hooks.runner import DONE, Runner, Task
+    from slurm_hooks.host.runner import DONE, Runner, Task
+    from slurm_hooks.views.jobreport import _cpu_sample
 
     busy = os.fork()
     if busy == 0:

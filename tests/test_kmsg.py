@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from slurm_hooks import kmsg
+from slurm_hooks.host import kmsg
 
 
 def test_every_matcher_matches_its_whole_sample_line():

@@ -9,7 +9,6 @@ import subprocess
 
 import pytest
 import yaml
-
 from helpers import BIN, SLURM_HOOKS
 
 

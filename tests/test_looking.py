@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, poll, proc_state
 
 FAKE = ROOT / "tests" / "fake_nvml"
@@ -61,9 +60,11 @@ def decisions(rec: dict) -> dict:
 def declared_state() -> set[str]:
     """node/NAME.json for every state file a check, actuation, the sinks or the runner
     says it keeps."""
-    from slurm_hooks import actuation, runner, sinks
-    from slurm_hooks.actions import LEDGER
+    from slurm_hooks.act import actuation
+    from slurm_hooks.act.actions import LEDGER
     from slurm_hooks.checks import REGISTRY, check_class
+    from slurm_hooks.host import runner
+    from slurm_hooks.sinks import record as sinks
     names = {n for c in REGISTRY for n in check_class(c).state}
     names |= set(actuation.STATE) | set(sinks.STATE) | {runner.STATE_NAME, LEDGER}
     return {f"{node}/{n}.json" for node in ("control", "looked") for n in names}
@@ -189,7 +190,7 @@ def test_every_check_declares_what_it_keeps_shows_and_exports():
     """The check interface (checks.Check): state, series, explain keys and samples, so
     no central module names a check."""
     from slurm_hooks.checks import REGISTRY, Check, check_class, for_hook
-    from slurm_hooks.model import Finding
+    from slurm_hooks.core.model import Finding
     for name in REGISTRY:
         cls = check_class(name)
         assert cls.name == name
@@ -203,6 +204,6 @@ def test_every_check_declares_what_it_keeps_shows_and_exports():
     assert for_hook("healthcheck") == ["filesystem", "stuck_tasks", "gpu", "fabric", "site"]
     assert for_hook("prolog") == ["filesystem", "gpu", "site"]
     assert for_hook("epilog") == ["filesystem", "leftovers", "gpu", "site"]
-    for module in ("metrics", "explain"):
+    for module in ("sinks/metrics", "views/explain"):
         text = (ROOT / "slurm_hooks" / f"{module}.py").read_text()
         assert not [n for n in REGISTRY if f'== "{n}"' in text or f'"{n}": (' in text], f"{module}.py branches on a check"

@@ -10,13 +10,14 @@ import subprocess
 import sys
 
 import pytest
-
 from helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "packaging"))
 import gendocs  # noqa: E402
-from slurm_hooks import cli, config  # noqa: E402
+
+from slurm_hooks import cli
 from slurm_hooks.checks import REGISTRY  # noqa: E402
+from slurm_hooks.core import config  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Mount table parsing and path-to-mount matching, without touching the paths."""
 from __future__ import annotations
 
-from slurm_hooks.mounts import MountTable, parse_mountinfo, read_mounts
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo, read_mounts
 
 SAMPLE = """\
 22 27 0:21 / /proc rw,relatime - proc proc rw

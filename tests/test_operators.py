@@ -8,10 +8,10 @@ import subprocess
 
 import pytest
 import yaml
+from helpers import SLURM_HOOKS
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers import SLURM_HOOKS
-from slurm_hooks import journal
+from slurm_hooks.sinks import journal
 
 
 @pytest.fixture
@@ -117,7 +117,7 @@ def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount
     node.log.write_text("".join(json.dumps(r) + "\n" for r in recs))
     (state / "drain.json").write_text(json.dumps({"reason": reason, "resumable": True, "passes": 1, "at": 1.7e9}))
     out = node.run("explain", "--runs", "3").stdout
-    assert f"drained by slurm-hooks since " in out and reason in out
+    assert "drained by slurm-hooks since " in out and reason in out
     assert "auto-resume: yes, after passing runs (passed so far: 1)" in out
     assert f"  fs {hung_mount.path} create hung >1s (fuse.fusefs)" in out
     assert "      step: create" in out and "      fstype: fuse.fusefs" in out
@@ -126,7 +126,7 @@ def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount
 
 APPENDER = """
 import sys
-from slurm_hooks import journal
+from slurm_hooks.sinks import journal
 path, who = sys.argv[1], sys.argv[2]
 for i in range(400):
     err = journal.append(path, {"event": "run", "who": who, "i": i, "pad": "x" * 200},

@@ -6,9 +6,10 @@ from __future__ import annotations
 import re
 
 from helpers import ROOT
-from slurm_hooks import actuation
-from slurm_hooks.model import Action, ActionResult, Finding
-from slurm_hooks.outcomes import Code, Outcome
+
+from slurm_hooks.act import actuation
+from slurm_hooks.core.model import Action, ActionResult, Finding
+from slurm_hooks.core.outcomes import Code, Outcome
 
 
 def _drain(node="n1", reason="slurm-hooks: fs /x hung"):

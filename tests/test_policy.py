@@ -1,9 +1,9 @@
 """Policy on data alone: which actions follow from which findings."""
 from __future__ import annotations
 
-from slurm_hooks.config import ActionsConfig
-from slurm_hooks.model import FAIL, OK, WARN, Action, Finding
-from slurm_hooks.policy import decide
+from slurm_hooks.core.config import ActionsConfig
+from slurm_hooks.core.model import FAIL, OK, WARN, Action, Finding
+from slurm_hooks.decide.policy import decide
 
 
 def fs(path, severity=FAIL):
@@ -72,8 +72,8 @@ def test_a_reboot_waits_for_the_job_to_be_really_ended_and_the_task_to_outlive_i
 
 
 def test_a_reboot_for_a_running_job_is_not_asked_and_not_remembered():
-    from slurm_hooks.actions import execute
-    from slurm_hooks.outcomes import Code
+    from slurm_hooks.act.actions import execute
+    from slurm_hooks.core.outcomes import Code
 
     class Slurm:
         name = "fake"
@@ -116,7 +116,8 @@ def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
 
 def test_ledger_survives_an_incident_missing_for_a_while():
     import time
-    from slurm_hooks.actuation import LEDGER_KEEP, refresh_ledger
+
+    from slurm_hooks.act.actuation import LEDGER_KEEP, refresh_ledger
     now = time.time()
     ledger = {"requeue:12:n1:345:100": {"done": now - 60, "seen": now - 60},
               "requeue:13:n1:346:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
@@ -128,7 +129,7 @@ def test_ledger_survives_an_incident_missing_for_a_while():
 
 
 def test_execute_skips_what_the_ledger_holds():
-    from slurm_hooks.actions import execute
+    from slurm_hooks.act.actions import execute
     a = Action("requeue", node="n1", job="12", incident="n1:345:100+n1:346:100")
     ledger = {"requeue:12:n1:346:100": {"done": 5.0, "seen": 5.0}}
     [r] = execute([a], None, "p:", dry_run=False, ledger=ledger)
@@ -136,7 +137,7 @@ def test_execute_skips_what_the_ledger_holds():
 
 
 def test_hysteresis_needs_k_failures_except_hard_ones():
-    from slurm_hooks.policy import hysteresis
+    from slurm_hooks.decide.policy import hysteresis
     a = fs("/scratch")
     counts = hysteresis([a], {}, {"filesystem": 2})
     assert a.severity == WARN and a.detail.startswith("failure 1 of 2 before draining")
@@ -151,7 +152,7 @@ def test_hysteresis_needs_k_failures_except_hard_ones():
 
 
 def test_resume_after_m_passes_only_for_resumable_drains():
-    from slurm_hooks.policy import resume_decision
+    from slurm_hooks.decide.policy import resume_decision
     rec = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 0}
     a, rec = resume_decision([], rec, "n1", 2)
     assert a is None and rec["passes"] == 1
@@ -168,8 +169,8 @@ def test_resume_after_m_passes_only_for_resumable_drains():
 
 
 def test_breaker_limits_and_names_a_global_outage():
-    from slurm_hooks.breaker import ClusterView, verdict
-    from slurm_hooks.config import PolicyConfig
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, verdict
     view = ClusterView(total=100, ours={f"n{i}": "fs /scratch fsync hung >10s (lustre)" for i in range(1, 10)})
     assert verdict(view, "n50", PolicyConfig(max_drained_nodes=10, max_drained_fraction=0.05)) is None
     why = verdict(view, "n50", PolicyConfig(max_drained_nodes=9, max_drained_fraction=0.05))
@@ -187,8 +188,9 @@ def storm_round(starts: dict, limit: int, wait_for_the_second: bool, total: int 
     and steps back when beyond the limit. Returns the nodes left drained."""
     import heapq
     import time as _time
-    from slurm_hooks.breaker import ClusterView, settle, step_back, verdict
-    from slurm_hooks.config import PolicyConfig
+
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, settle, step_back, verdict
     policy = PolicyConfig(max_drained_nodes=limit, max_drained_fraction=0)
     drained: dict[str, str] = {}              # node -> stamp
 
@@ -237,7 +239,8 @@ def test_breaker_round_of_simultaneous_runs_ends_within_the_limit():
 def test_spool_merge_keeps_order_and_does_each_action_once():
     import time
     from dataclasses import asdict
-    from slurm_hooks.actuation import merge_spool
+
+    from slurm_hooks.act.actuation import merge_spool
     old_drain = Action("drain", node="n1", reason="slurm-hooks: fs /x hung")
     comment = Action("comment", node="n1", job="7", text="t", incident="n1:5:6")
     spooled = [{"action": asdict(old_drain), "at": time.time() - 10},

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 
-from slurm_hooks.reason import REASON_LIMIT, make_reason, one_line, shorten_path
+from slurm_hooks.core.reason import REASON_LIMIT, make_reason, one_line, shorten_path
 
 
 def test_control_characters_and_quotes_are_neutralised():
@@ -50,7 +50,7 @@ def test_shorten_path_keeps_both_ends():
 
 
 def test_durations_read_like_a_clock():
-    from slurm_hooks.reason import duration
+    from slurm_hooks.core.reason import duration
     assert [duration(s) for s in (0, 12.7, 59.9, 60, 250, 3599, 3785, 90000)] == \
         ["0s", "12s", "59s", "1m00s", "4m10s", "59m59s", "1h03m", "25h00m"]
     assert duration(250, at_least=True) == "≥4m10s"

@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import poll
-from slurm_hooks import policy, recovery
-from slurm_hooks.actuation import _probe
-from slurm_hooks.model import FAIL, Action, Finding, Recovery
-from slurm_hooks.mounts import MountTable
-from slurm_hooks.runner import Runner
-from slurm_hooks.state import StateStore
+
+from slurm_hooks.act import recovery
+from slurm_hooks.act.actuation import _probe
+from slurm_hooks.core.model import FAIL, Action, Finding, Recovery
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.decide import policy
+from slurm_hooks.host.mounts import MountTable
+from slurm_hooks.host.runner import Runner
 
 HERE = Path(__file__).resolve().parent
 
@@ -109,7 +110,7 @@ def test_an_abort_of_a_mount_that_is_not_fuse_is_refused(tmp_path):
 
 
 def test_config_refuses_an_abort_on_a_mount_that_is_not_fuse(tmp_path):
-    from slurm_hooks.config import ConfigError, load
+    from slurm_hooks.core.config import ConfigError, load
     path = tmp_path / "x.yaml"
     path.write_text("filesystems:\n  - path: /scratch\n    fstype: nfs4\n    recover:\n      method: fuse-abort\n"
                     "  - path: /data\n    recover:\n      method: command\n")
@@ -161,9 +162,9 @@ def test_a_probe_hung_on_consecutive_runs_is_recovered():
 
 
 def test_a_users_own_fuse_mount_is_never_recoverable(tmp_path, monkeypatch):
-    from slurm_hooks import actuation
-    from slurm_hooks.config import Config, FilesystemConfig, RecoverConfig
-    from slurm_hooks.mounts import parse_mountinfo
+    from slurm_hooks.act import actuation
+    from slurm_hooks.core.config import Config, FilesystemConfig, RecoverConfig
+    from slurm_hooks.host.mounts import parse_mountinfo
     table = MountTable(parse_mountinfo("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
                                        "40 1 0:50 / /home/u/own rw - fuse.x own rw,user_id=1000,group_id=1000\n"
                                        "41 1 0:51 / /shared rw - fuse.x s rw,user_id=0,group_id=0,allow_other\n"))
@@ -178,7 +179,6 @@ def test_a_task_stuck_on_a_mount_whose_probe_hung_needs_no_long_grace(make_fuse,
     import json
 
     import yaml
-
     from helpers import SLURM_HOOKS
     m = make_fuse("unanswered")
     p = subprocess.Popen([sys.executable, "-c", f"open({str(m.path)!r} + '/x', 'rb')"])

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from attacker import PY
 from helpers import journal, write_node_configs
 from mounts_fixtures import start_fuse

@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 import time
 
-from slurm_hooks.runner import DONE, FAILED, HUNG, Runner, Task, run_command
-from slurm_hooks.state import StateStore
 from helpers import proc_state
+
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.host.runner import DONE, FAILED, HUNG, Runner, Task, run_command
 
 
 def _ok(progress, x):

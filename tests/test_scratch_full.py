@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from attacker import PY, unprivileged_user
 from helpers import SLURM_HOOKS
-from slurm_hooks.mounts import MountTable, parse_mountinfo
+
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo
 
 NODE = "scratchnode"
 # Our own user: the security tests' user (shk-mallory) may be in use by another session.
@@ -151,10 +151,11 @@ def test_full_scratch_is_a_resumable_failure_of_the_health_check(hooks, scratch,
 
     # The drain, had Slurm taken it, is recorded as ours and resumable (actuation's
     # own record of it, from the finding the command printed) ...
-    from slurm_hooks.actuation import drain_record
-    from slurm_hooks.model import Action, ActionResult, Finding
-    from slurm_hooks.state import StateStore
     from dataclasses import fields
+
+    from slurm_hooks.act.actuation import drain_record
+    from slurm_hooks.core.model import Action, ActionResult, Finding
+    from slurm_hooks.core.state import StateStore
     names = {f.name for f in fields(Action)}
     drain = Action(**{k: v for k, v in rec["actions"][0].items() if k in names})
     record = drain_record({}, [ActionResult(drain, "done")], [Finding(**f)], NODE)

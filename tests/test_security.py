@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from attacker import PY, unprivileged_user
 from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, poll
 from mounts_fixtures import start_fuse
@@ -235,7 +234,7 @@ def forge(log: KernelLog, text: str):
     lies in a file named `text` (the kernel ends the line with that name), written into
     a fake kernel log: a test never puts such a line into the host's buffer, where it
     would stay until reboot. Returns the record as slurm-hooks reads it."""
-    from slurm_hooks import kmsg
+    from slurm_hooks.host import kmsg
     log.write(f"python3[{os.getpid()}]: segfault at 0 ip 00007f0000000000 sp 00007ffd00000000 error 4 "
               f"in {text}[7f0000000000+1000]", prio=6)
     rec = kmsg.read(path=str(log))[-1]
@@ -244,7 +243,7 @@ def forge(log: KernelLog, text: str):
 
 
 def test_a_forged_xid_in_a_segfault_record_is_not_an_xid(tmp_path):
-    from slurm_hooks import kmsg
+    from slurm_hooks.host import kmsg
     log = KernelLog(tmp_path / "kmsg")
     xid = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
     rec = forge(log, xid)

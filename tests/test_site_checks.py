@@ -198,8 +198,8 @@ def test_a_program_stuck_in_the_kernel_is_remembered_and_not_started_again(site,
 # --- Python checks of other packages (entry points) ------------------------------------------
 
 PLUGIN = '''
-from slurm_hooks.model import FAIL, OK, Finding
-from slurm_hooks.runner import Task
+from slurm_hooks.core.model import FAIL, OK, Finding
+from slurm_hooks.host.runner import Task
 
 
 def _probe(progress, path):

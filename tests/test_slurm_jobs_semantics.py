@@ -63,8 +63,8 @@ def test_array_element_is_requeued_and_commented_alone(clean_cluster, hung_mount
 def test_a_finished_job_is_never_requeued(clean_cluster, tmp_path):
     """`requeue Incomplete`: a job that ended between the diagnosis and the requeue
     stays ended (a plain `scontrol requeue` puts a COMPLETED batch job back)."""
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.backend import open_backend
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.connect import open_backend
     cluster = clean_cluster
     job = cluster.sbatch("-N1", "--requeue", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     cluster.wait_for(lambda: cluster.job_state(job) == "COMPLETED", 30, what="the job to complete")

@@ -139,8 +139,8 @@ def test_a_fault_that_survives_the_reboot_leaves_the_node_down(clean_cluster, hu
     """No boot loop: a node that comes back from our reboot with the fault still there
     stays DOWN with our reason, and no second reboot is asked for. A diskless node
     (state gone with the reboot) still finds out from Slurm."""
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.backend import open_backend
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.connect import open_backend
     cluster = clean_cluster
     prog, marker = reboot_program(tmp_path)
     cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\nResumeTimeout=300\n")

@@ -1,7 +1,8 @@
 """Parsing scontrol's one-line Key=Value output, including free text with spaces."""
 from __future__ import annotations
 
-from slurm_hooks.slurm import parse_oneliner, strip_reason_stamp
+from slurm_hooks.slurm.api import strip_reason_stamp
+from slurm_hooks.slurm.scontrol import parse_oneliner
 
 NODE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.12 "
         "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 "
@@ -31,7 +32,7 @@ def test_job_free_text_fields():
 def test_a_newline_in_a_value_stays_in_its_record():
     """Slurm 25.11 prints an AdminComment written with a newline as it is, inside the
     `-o` one-liner: the line after it continues the record, never starts another."""
-    from slurm_hooks.slurm import records
+    from slurm_hooks.slurm.scontrol import records
     out = ("JobId=7 JobName=a AdminComment=ops: keep\n'x';$(rm -rf /) ok StdErr= StdIn=/dev/null\n"
            "JobId=8 JobName=b AdminComment=(null) StdErr=\n")
     first, second = [parse_oneliner(r) for r in records(out, "JobId=")]
@@ -42,7 +43,7 @@ def test_a_newline_in_a_value_stays_in_its_record():
 def test_squeue_job_lines_take_only_the_admin_comment_as_free_text():
     """Jobs come from squeue's fixed fields, the AdminComment last: a line that does not
     start a record continues the AdminComment before it (only admins write one)."""
-    from slurm_hooks.slurm import JOB_FIELDS, JOB_FORMAT, parse_job_lines
+    from slurm_hooks.slurm.scontrol import JOB_FIELDS, JOB_FORMAT, parse_job_lines
     assert JOB_FORMAT.split(",")[-1] == "admin_comment:0" and len(JOB_FIELDS) == 12
     out = ("12|12|N/A|1001|alice|RUNNING|n[1-3]|3|1|1|0|ops: keep\n"
            "7|7|N/A|0|root|PENDING||1|0|0|2|(null)\n"
@@ -84,7 +85,7 @@ def test_only_slurms_own_stamp_at_the_end_is_the_stamp():
     assert strip_reason_stamp(d["Reason"]) == forged
     # A reason without a stamp (sinfo's, node_state's) keeps a user's text at its end.
     assert strip_reason_stamp("slurm-hooks: fs /s/a [x@0000]") == "slurm-hooks: fs /s/a [x@0000]"
-    from slurm_hooks.slurm import reason_stamp, stamp_time
+    from slurm_hooks.slurm.api import reason_stamp, stamp_time
     assert stamp_time(d["Reason"]) == "2026-11-29T22:20:46"
     assert reason_stamp(d["Reason"]) == (forged, "root", "2026-11-29T22:20:46")
     for tail in ("[x@0000]", " [x@0000]", " [x@2020-01-01T00:00]", " [a b@2020-01-01T00:00:00]",
@@ -114,9 +115,9 @@ class _Nodes:
 def test_a_forged_stamp_neither_reorders_the_breaker_nor_is_cut_from_the_reason():
     """Two nodes drained by us, one slot: the earlier drain keeps it. n2's reason names
     a file whose name reads as an older stamp; it must not win the slot."""
-    from slurm_hooks.breaker import cluster_view, keepers
-    from slurm_hooks.config import PolicyConfig
-    from slurm_hooks.status import collect
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import cluster_view, keepers
+    from slurm_hooks.views.status import collect
     policy = PolicyConfig(max_drained_nodes=1, max_drained_fraction=0)
     for forged in ("slurm-hooks: fs /scratch hung /scratch/u/[a@0",
                    "slurm-hooks: fs /scratch hung /scratch/u/a [x@2020-01-01T00:00:00] Comment=x"):
@@ -135,7 +136,7 @@ def test_pyslurm_records_carry_the_stamp_as_scontrol_prints_it():
     only where Slurm has a time for it (scontrol prints none then either)."""
     import time
 
-    from slurm_hooks.slurm_pyslurm import _node_dict
+    from slurm_hooks.slurm.pyslurm import _node_dict
 
     class Node:
         name, state, configured_gres, reason_user = "n1", "IDLE+DRAIN", {}, "root"

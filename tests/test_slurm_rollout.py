@@ -13,7 +13,6 @@ import time
 
 import pytest
 import yaml
-
 from helpers import BIN, SLURM_HOOKS, hook_wrapper, journal, write_node_configs
 
 pytestmark = pytest.mark.cluster

@@ -6,7 +6,6 @@ import subprocess
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS
 
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import journal, proc_state, write_node_configs
 
 pytestmark = pytest.mark.cluster
@@ -144,8 +143,8 @@ def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_clu
 
 def test_listpids_fallback_names_the_job_of_a_process(clean_cluster, tmp_path):
     """What the stuck-task check asks Slurm when a task's cgroup does not say."""
-    from slurm_hooks.config import SlurmConfig
-    from slurm_hooks.backend import open_backend
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.connect import open_backend
     cluster = clean_cluster
     marker = tmp_path / "pid"
     job = cluster.sbatch("-N1", "-w", "n3", "-o", "/dev/null",
@@ -207,6 +206,7 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
 
 def test_cancel_fallback(clean_cluster, hung_mount, tmp_path):
     import subprocess
+
     import yaml
     from helpers import SLURM_HOOKS
     cluster = clean_cluster

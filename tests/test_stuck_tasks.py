@@ -10,7 +10,6 @@ import time
 
 import pytest
 import yaml
-
 from helpers import SLURM_HOOKS, KernelLog, poll, proc_state
 
 OPEN_LOG = """
@@ -186,7 +185,8 @@ def test_the_scheduler_says_how_long_a_thread_has_not_run():
     2 s has been off the CPU for 2 s (no CONFIG_SCHEDSTATS needed)."""
     import subprocess
     import time
-    from slurm_hooks import procfs
+
+    from slurm_hooks.host import procfs
     spawned = time.monotonic()          # it cannot have slept longer than it has lived
     p = subprocess.Popen(["sleep", "30"])
     try:

@@ -11,10 +11,10 @@ import time
 
 from slurm_hooks.checks import Context
 from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
-from slurm_hooks.config import Config, StuckTasksConfig
-from slurm_hooks.mounts import MountTable, parse_mountinfo
-from slurm_hooks.runner import Runner
-from slurm_hooks.state import StateStore
+from slurm_hooks.core.config import Config, StuckTasksConfig
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+from slurm_hooks.host.runner import Runner
 
 MOUNTINFO = ("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
              "50 1 0:50 / /gpfs rw - gpfs gpfs0 rw\n")

@@ -1,7 +1,7 @@
 """Syscall names for both architectures, and which argument names the file."""
 from __future__ import annotations
 
-from slurm_hooks import syscalls
+from slurm_hooks.host import syscalls
 
 
 def test_tables_for_both_architectures():

@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from slurm_hooks import procfs, waits
-from slurm_hooks.mounts import MountTable, parse_mountinfo
-from slurm_hooks.runner import DONE, Runner, Task
-from slurm_hooks.state import StateStore
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.host import procfs, waits
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+from slurm_hooks.host.runner import DONE, Runner, Task
 
 HOST = ("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
         "30 1 0:40 / /tmp rw - tmpfs tmpfs rw\n"
@@ -68,7 +68,7 @@ def test_a_stack_in_fuse_with_a_descriptor_on_the_nodes_disk_is_not_proven():
 
 
 def test_every_descriptor_of_a_two_descriptor_call_counts():
-    from slurm_hooks import syscalls
+    from slurm_hooks.host import syscalls
     assert syscalls.fds_of("sendfile", [4, 5, 0, 0]) == [4, 5]
     assert syscalls.fds_of("splice", [4, 0, 6, 0]) == [4, 6]
     assert syscalls.fds_of("openat", [3, 0x1000]) == []      # the path is what counts

@@ -1,6 +1,6 @@
-"""Generate slurm_hooks/syscalls_table.py from the kernel's UAPI headers.
+"""Generate slurm_hooks/host/syscalls_table.py from the kernel's UAPI headers.
 
-    python3 tools/gen_syscalls.py > slurm_hooks/syscalls_table.py
+    python3 tools/gen_syscalls.py > slurm_hooks/host/syscalls_table.py
 
 x86_64: asm/unistd_64.h. aarch64 (and other new architectures): asm-generic/unistd.h,
 read with the defines aarch64 uses (no renameat, 64-bit names for fcntl/statfs/...).

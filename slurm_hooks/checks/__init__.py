@@ -4,7 +4,7 @@ The list of checks lives here, in REGISTRY, and nowhere else: its order is the o
 they run in, and each entry says which runs include the check by default (so choosing
 the checks of a prolog imports no module it does not run). Each check class declares
 the rest itself (`Check` below): the state files it keeps, its Prometheus series and
-the evidence `slurm-hooks explain` shows, so metrics.py and explain.py never name a
+the evidence `slurm-hooks explain` shows, so sinks/metrics.py and views/explain.py never name a
 check.
 
 A check runs in two phases:
@@ -26,17 +26,17 @@ from __future__ import annotations
 
 import time
 
-from ..model import WARN, CheckRun, Finding
+from ..core.model import WARN, CheckRun, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Protocol
 
-    from ..config import Config
-    from ..hooks import JobInfo
-    from ..mounts import MountTable
-    from ..runner import Outcome, Runner, Task
-    from ..state import StateStore
+    from ..core.config import Config
+    from ..core.model import JobInfo
+    from ..core.state import StateStore
+    from ..host.mounts import MountTable
+    from ..host.runner import Outcome, Runner, Task
 else:
     Protocol = object          # a plain base at run time: the interface is for readers and mypy
 
@@ -123,7 +123,7 @@ class Context:
         self.state = state
         self.runner = runner
         self.hook = hook             # check, healthcheck, prolog or epilog
-        self.job = job               # hooks.JobInfo in the prolog and epilog
+        self.job = job               # model.JobInfo in the prolog and epilog
         self.fs_timeout = fs_timeout  # a hook's shorter filesystem deadline
         self.notes: list[str] = []   # things a reader of the report should know
         self._mounts: MountTable | None = None
@@ -131,7 +131,7 @@ class Context:
     @property
     def mounts(self) -> MountTable:
         if self._mounts is None:
-            from ..mounts import MountTable
+            from ..host.mounts import MountTable
             self._mounts = MountTable.current()
         return self._mounts
 

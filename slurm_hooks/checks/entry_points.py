@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..model import WARN, Finding
+from ..core.model import WARN, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -114,8 +114,8 @@ class PluginCheck:
             got = list(cls.impl.samples(findings))
         except Exception:
             return []
-        # Only the series the plugin declared: metrics.py writes no undeclared family. The
-        # labels `node` (metrics.py's own) and `name`, `value` (its helper's parameters)
+        # Only the series the plugin declared: sinks/metrics.py writes no undeclared family. The
+        # labels `node` (sinks/metrics.py's own) and `name`, `value` (its helper's parameters)
         # are refused rather than let a plugin break the textfile.
         return [s for s in got if isinstance(s, tuple) and len(s) == 3 and s[0] in cls.series
                 and isinstance(s[1], dict) and not {"node", "name", "value"} & set(s[1])

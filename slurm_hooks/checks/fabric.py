@@ -34,13 +34,13 @@ from __future__ import annotations
 import os
 import time
 
-from ..model import FAIL, OK, WARN, Finding
-from ..runner import DONE, HUNG, STILL_HUNG, Task
+from ..core.model import FAIL, OK, WARN, Finding
+from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import FabricConfig
-    from ..runner import Outcome
+    from ..core.config import FabricConfig
+    from ..host.runner import Outcome
     from . import Context
 
 NAME = "fabric"
@@ -149,7 +149,7 @@ def _gbps(rate: float | None) -> str:
 
 
 def _ago(seconds: float) -> str:
-    from ..reason import duration
+    from ..core.reason import duration
     return duration(seconds)
 
 
@@ -215,7 +215,7 @@ class FabricCheck:
             return [Finding(NAME, "fabric", "error", WARN, "fabric ports not readable", detail=o.error)]
         ports: dict[str, dict] = o.value or {}
         now = time.time()
-        from .. import procfs
+        from ..host import procfs
         boot = procfs.boot_id()
         saved = ctx.state.load(STATE)
         memory = saved.get("ports", {}) if saved.get("boot") == boot else {}

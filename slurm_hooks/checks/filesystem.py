@@ -8,7 +8,7 @@ hung: "create" points at the metadata server, "fsync" at the data path.
 
 The parent only reads /proc/self/mountinfo: it finds the mount holding each path by
 string prefix and never stats the path itself. Everything that touches the path runs
-in a hang-safe child (runner.py).
+in a hang-safe child (host/runner.py).
 
 Verdicts: ok, slow (succeeded above warn_after), hung (deadline), error (with the
 errno name), full (ENOSPC or EDQUOT on node-local scratch), missing (the mount that
@@ -26,16 +26,16 @@ import errno
 import os
 import time
 
-from .. import config as cfgmod
-from ..model import FAIL, OK, WARN, Finding
-from ..mounts import normalise
-from ..records import dataclass
-from ..runner import DONE, HUNG, STILL_HUNG, Task
+from ..core import config as cfgmod
+from ..core.model import FAIL, OK, WARN, Finding
+from ..core.records import dataclass
+from ..host.mounts import normalise
+from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..runner import Outcome as TaskOutcome
+    from ..core.config import Config
+    from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "filesystem"

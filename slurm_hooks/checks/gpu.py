@@ -5,7 +5,7 @@ pieces, each in its own module and each keeping its own state: verdicts per GPU
 (gpu_health.py), count (gpu_count.py), Xid events (gpu_xid.py), idle-while-busy
 (gpu_idle.py), the prolog's and epilog's view (gpu_hooks.py).
 
-- NVML runs only in a hang-safe child (nvml.py). A child past its deadline means the
+- NVML runs only in a hang-safe child (host/nvml.py). A child past its deadline means the
   driver stopped answering; the finding names the call it was making. A child stuck
   for good is remembered by the runner: later runs report "still hung" and do not
   pile up more stuck children.
@@ -22,9 +22,9 @@ pieces, each in its own module and each keeping its own state: verdicts per GPU
   Slurm) is a failure naming the missing PCI addresses, from an inventory of GPUs seen
   in earlier runs and from the NVIDIA devices on the PCI bus.
 - Xid events (gpu_xid.py): kernel log records since the last real run's position
-  (kmsg.py), classified by xid.py's table and, where the driver offers it, by NVML's
+  (host/kmsg.py), classified by host/xid.py's table and, where the driver offers it, by NVML's
   recovery action; attached to the GPU with that PCI address.
-- Idle while busy (gpu_idle.py): a warning after a continuous window; correlate.py joins
+- Idle while busy (gpu_idle.py): a warning after a continuous window; decide/correlate.py joins
   it with a stuck task of the same process into one diagnosis.
 - In the prolog and epilog (gpu_hooks.py): only the job's GPUs, found by minor number,
   UUID or PCI id, never by NVML's index.
@@ -37,14 +37,14 @@ from __future__ import annotations
 import os
 import time
 
-from ..model import FAIL, OK, WARN, Finding
-from ..runner import DONE, HUNG, STILL_HUNG, Task
+from ..core.model import FAIL, OK, WARN, Finding
+from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuConfig
-    from ..jobs import JobRef
-    from ..runner import Outcome as TaskOutcome
+    from ..core.config import GpuConfig
+    from ..host.jobs import JobRef
+    from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "gpu"
@@ -56,7 +56,7 @@ def driver_present() -> bool:
 
 
 def _nvml_collect(progress):
-    from ..nvml import collect
+    from ..host.nvml import collect
     return collect(progress)
 
 
@@ -74,7 +74,7 @@ class GpuCheck:
     @staticmethod
     def samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
         """slurm_hooks_gpu_health{gpu,pci}: each GPU's worst verdict this run."""
-        from ..model import SEVERITY_ORDER
+        from ..core.model import SEVERITY_ORDER
         gpus: dict[tuple[str, str], int] = {}
         for f in findings:
             if f.target.startswith("gpu ") and "(" in f.target:
@@ -182,7 +182,7 @@ class GpuCheck:
 
     def _jobs(self, ctx: Context, gpus: list[dict]) -> dict[int, tuple[JobRef, list[int]]]:
         """GPU index (this run's) -> (the job using it on this node, its pids on the GPU)."""
-        from ..jobs import of_pid
+        from ..host.jobs import of_pid
         out: dict[int, tuple[JobRef, list[int]]] = {}
         for g in gpus:
             for p in (g.get("processes") or []) + (g.get("mps_processes") or []):

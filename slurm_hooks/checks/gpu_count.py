@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 import time
 
-from .. import xid as xidmod
-from ..model import FAIL, WARN, Finding
+from ..core.model import FAIL, WARN, Finding
+from ..host import xid as xidmod
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuConfig
+    from ..core.config import GpuConfig
     from . import Context
 
 NAME = "gpu"
@@ -66,7 +66,7 @@ def locate(ctx: Context, gpus: list[dict]) -> None:
     """Canonical PCI ids; a GPU that no longer answers (its handle lookup fails) is
     placed where the GPU of that index sat earlier in this boot: NVML numbers GPUs
     once per driver load, so within a boot the index still names the same slot."""
-    from ..procfs import boot_id
+    from ..host.procfs import boot_id
     boot = boot_id()
     known = {entry["index"]: pci for pci, entry in ctx.state.load("gpu-inventory").items()
              if entry.get("boot") == boot}
@@ -79,7 +79,7 @@ def locate(ctx: Context, gpus: list[dict]) -> None:
 
 def count_findings(ctx: Context, cfg: GpuConfig, gpus: list[dict], by_pci: dict[str, dict],
                    sysfs: str = SYSFS) -> list[Finding]:
-    from ..procfs import boot_id
+    from ..host.procfs import boot_id
     inventory = ctx.state.load("gpu-inventory")
     boot = boot_id()
     for pci, g in by_pci.items():
@@ -113,8 +113,8 @@ def gres_count(ctx: Context) -> int | None:
         ctx.notes.append("gpu count not checked against Slurm's Gres (check asks Slurm nothing; "
                          "set gpu.count, or a health check learns it)")
         return None
-    from ..backend import open_backend
-    from ..slurm import SlurmError
+    from ..slurm.api import SlurmError
+    from ..slurm.connect import open_backend
     try:
         info = open_backend(ctx.config.slurm).show_node(ctx.node)
     except SlurmError as e:

@@ -24,11 +24,11 @@ NVIDIA's documents, not guesses, decide what drains and what happens to the runn
 """
 from __future__ import annotations
 
-from ..model import FAIL, WARN, Finding
+from ..core.model import FAIL, WARN, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuConfig
+    from ..core.config import GpuConfig
 
 NAME = "gpu"
 # NVML errors after which the GPU cannot run its job: it is as good as lost.

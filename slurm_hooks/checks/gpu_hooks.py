@@ -15,13 +15,13 @@ server use by design (checks/leftovers.py decides whose a GPU process is).
 """
 from __future__ import annotations
 
-from .. import xid as xidmod
-from ..model import FAIL, OK, WARN, Finding
+from ..core.model import FAIL, OK, WARN, Finding
+from ..host import xid as xidmod
 from .gpu_health import health
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuConfig
+    from ..core.config import GpuConfig
     from . import Context
 
 NAME = "gpu"

@@ -11,18 +11,18 @@ never drains and never touches the job:
   window if longer, between two runs: nobody looked in between);
 - until it has lasted `gpu.idle.window` seconds it is reported as pending (severity ok),
   after that as a warning;
-- tied to a task of the same process stuck in D, correlate.py makes it one diagnosis
+- tied to a task of the same process stuck in D, decide/correlate.py makes it one diagnosis
   with the stuck task, at once, and that one fails: the stuck task is the fault.
 """
 from __future__ import annotations
 
 import time
 
-from ..model import OK, WARN, Finding
+from ..core.model import OK, WARN, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuIdleConfig
+    from ..core.config import GpuIdleConfig
     from . import Context
 
 NAME = "gpu"

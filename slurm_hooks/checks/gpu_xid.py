@@ -1,17 +1,17 @@
 """Xid events of the GPU check: kernel-log records since the last real run's position
-(kmsg.py: kernel facility only, matched at the start of the message), classified by
-xid.py's table and, where the driver offers it, by NVML's recovery action; attached to
+(host/kmsg.py: kernel facility only, matched at the start of the message), classified by
+host/xid.py's table and, where the driver offers it, by NVML's recovery action; attached to
 the GPU with that PCI address. The position and the last drain-worthy Xid per GPU are
 kept in state (only a real run commits them: a look moves no cursor).
 """
 from __future__ import annotations
 
-from .. import xid as xidmod
-from ..model import FAIL, OK, WARN, Finding
+from ..core.model import FAIL, OK, WARN, Finding
+from ..host import xid as xidmod
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..config import GpuConfig
+    from ..core.config import GpuConfig
     from . import Context
 
 NAME = "gpu"
@@ -19,8 +19,8 @@ NAME = "gpu"
 
 def xid_findings(ctx: Context, cfg: GpuConfig, by_pci: dict[str, dict], jobs: dict) -> list[Finding]:
     """Xid events in the kernel log since the last real run's position, attached to the
-    GPU with their PCI address and classified (xid.py, NVML's recovery action)."""
-    from .. import kmsg, procfs
+    GPU with their PCI address and classified (host/xid.py, NVML's recovery action)."""
+    from ..host import kmsg, procfs
     pos = ctx.state.load("kmsg-xid")
     boot = procfs.boot_id()
     after = int(pos.get("seq", -1)) if pos.get("boot") == boot else -1

@@ -19,14 +19,14 @@ from __future__ import annotations
 import os
 import time
 
-from .. import procfs
-from ..jobs import of_pid
-from ..model import WARN, Finding
+from ..core.model import WARN, Finding
+from ..host import procfs
+from ..host.jobs import of_pid
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..runner import Outcome as TaskOutcome
+    from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "leftovers"

@@ -31,12 +31,12 @@ import os
 import stat
 import time
 
-from ..model import FAIL, OK, WARN, Finding
-from ..runner import DONE, HUNG, STILL_HUNG, Task
+from ..core.model import FAIL, OK, WARN, Finding
+from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..runner import Outcome
+    from ..host.runner import Outcome
     from . import Context
 
 NAME = "site"
@@ -109,7 +109,7 @@ def declared(path: str) -> tuple[tuple[str, ...], float | None, str]:
 
 # --- what runs in the child -----------------------------------------------------------
 def run_site_check(progress, path: str, timeout: float, env: dict) -> dict:
-    from ..runner import MAX_RESULT, proc_start_time, reap, run_command
+    from ..host.runner import MAX_RESULT, proc_start_time, reap, run_command
     progress("exec")
     r = run_command([path], timeout, env)
     # run_command keeps the first MiB and drains the rest, so the program never blocks.
@@ -128,7 +128,7 @@ def run_site_check(progress, path: str, timeout: float, env: dict) -> dict:
     for i, line in enumerate(lines[:200]):
         if not line.lstrip().startswith("{"):
             continue
-        from .. import jsonio
+        from ..core import jsonio
         try:
             doc = jsonio.loads(line)
         except ValueError:

@@ -13,11 +13,11 @@ when the leader of a multi-threaded process is in D, but a non-leader thread stu
 write() leaves the leader in S.
 
 Reads of a stuck task from this process are limited to files the kernel answers
-without the target's memory map (procfs.py). The environment (for the rank), the
+without the target's memory map (host/procfs.py). The environment (for the rank), the
 command line and path arguments live in the target's memory: a hang-safe child reads
 them, with a deadline.
 
-Attribution comes from the task's cgroup (jobs.py); on a host running several slurmd
+Attribution comes from the task's cgroup (host/jobs.py); on a host running several slurmd
 (-N), only tasks under this node's cgroup count. Our own stuck probe children are
 already reported by their check and skipped here: known by the runner's registry (pid
 and start time), never by a name, which any process can take.
@@ -26,7 +26,7 @@ A task stuck on a FUSE mount its own user made (fusermount3 records the user's u
 mount in a user namespace of their own is theirs too) is the job's problem, not the
 node's: the finding says so and asks only for an action on that job
 (`stuck_tasks.own_mount`), never a drain or a reboot. So is any task the kernel's own ids
-do not prove to wait on the node's storage, devices or GPU driver (waits.py):
+do not prove to wait on the node's storage, devices or GPU driver (host/waits.py):
 `stuck_tasks.not_node`.
 
 The child that reads a stuck process's memory is careful with what the user controls:
@@ -39,17 +39,17 @@ from __future__ import annotations
 import os
 import time
 
-from .. import procfs, syscalls, waits
-from ..jobs import JobRef, of_pid
-from ..model import FAIL, OK, WARN, Finding
-from ..mounts import MountTable, parse_mountinfo
-from ..reason import duration, printable, shorten_path
-from ..records import dataclass, field
-from ..runner import DONE, Task
+from ..core.model import FAIL, OK, WARN, Finding
+from ..core.reason import duration, printable, shorten_path
+from ..core.records import dataclass, field
+from ..host import procfs, syscalls, waits
+from ..host.jobs import JobRef, of_pid
+from ..host.mounts import MountTable, parse_mountinfo
+from ..host.runner import DONE, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..runner import Outcome as TaskOutcome
+    from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "stuck_tasks"
@@ -425,7 +425,7 @@ class StuckTasksCheck:
         The kernel's own "blocked for more than N seconds" corroborates a sighting and
         says how long the task has been stuck at least, even on our first look at it.
         """
-        from .. import kmsg
+        from ..host import kmsg
         wanted = {s.tid: s for s in samples}
         ticks = procfs.boot_ticks()
         mono_now, wall_now = time.monotonic(), time.time()
@@ -543,7 +543,7 @@ class StuckTasksCheck:
         return d.table
 
     def _locate(self, ctx: Context, d: Stuck) -> None:
-        """Whose the place is that the task waits on, from the kernel's ids alone (waits.py)."""
+        """Whose the place is that the task waits on, from the kernel's ids alone (host/waits.py)."""
         pid = d.sample.pid
         table = self._table(d)
         cut = d.table_cut
@@ -663,7 +663,7 @@ class StuckTasksCheck:
 def _hung_probes(ctx: Context, outcomes: dict) -> dict[str, str]:
     """Device (major:minor) -> path of each filesystem probe that hung in this run, or
     is still stuck from an earlier one: the mount's own witness."""
-    from ..runner import HUNG, STILL_HUNG
+    from ..host.runner import HUNG, STILL_HUNG
     out = {}
     for key, o in outcomes.items():
         if key.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG):
@@ -701,7 +701,8 @@ def _own_children(ctx: Context) -> set[tuple[int, int]]:
 def _listpids(ctx: Context) -> dict[int, JobRef]:
     # scontrol whatever slurm.backend says: listpids reads this host's slurmstepd
     # sockets, there is no libslurm call for it (the pyslurm backend runs scontrol too).
-    from ..slurm import Slurm, SlurmError
+    from ..slurm.api import SlurmError
+    from ..slurm.scontrol import Slurm
     if ctx.hook == "check":
         return {}          # a look asks Slurm nothing: the cgroup alone names the job
     try:

@@ -1,0 +1,392 @@
+"""Carrying actions out through the Slurm backend, or saying what would be done.
+
+- Never undo or overwrite what an admin did: a node already drained with a reason that
+  does not carry our prefix keeps that reason, and is not resumed by us.
+- At most once per incident: job and reboot actions that succeeded are remembered in
+  local state (the ledger, keyed by Action.keys), so the next health check, which still
+  sees the same stuck task, does not requeue again or repeat the comment.
+- A job comment keeps whatever an admin already wrote in AdminComment.
+- A job is addressed the way Slurm means it: an array element as
+  `ArrayJobId_ArrayTaskId` (`job_address`), since Slurm gives one element the array's
+  own id and `scontrol requeue <ArrayJobId>` acts on every element.
+- Node states that are not ours (DOWN, FAIL, MAINT, a pending reboot, ...) are left
+  alone and reported; our own drains are undone with UNDRAIN, which cannot bring a
+  DOWN node up. Only a node DOWN after the reboot slurm-hooks asked for is RESUMEd.
+- A reboot is asked for only while the node's reason is ours, and never again for a
+  fault that survived one (no boot loop).
+- Slurm's word on who owns a job: before a job is commented, requeued or cancelled,
+  Slurm must say the job has this node among its nodes and belongs to the uid of the
+  diagnosed task. Where a process sits in the cgroup tree is no proof on its own.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from ..core.model import Action, ActionResult
+from ..core.outcomes import Code, Outcome
+from ..core.reason import is_generic, one_line
+from ..slurm.api import (
+    REBOOT_STATES,
+    BackendError,
+    OutOfTime,
+    SlurmError,
+    SlurmNotConfigured,
+    SlurmUnavailable,
+    foreign_states,
+    node_flags,
+    node_is_drained,
+    reason_is_current,
+)
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from ..slurm.api import SlurmBackend
+
+DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = (Outcome.DONE, Outcome.DRY_RUN, Outcome.SKIPPED, Outcome.FAILED,
+                                               Outcome.REPORT_ONLY)
+
+# What Slurm appends to the reason of a node that came back from a reboot asked for
+# with nextstate=DOWN.
+REBOOT_COMPLETE = "reboot complete"
+LEDGER = "actions-done"
+TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+            "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
+# What a requeue or cancel ended as when the job really ended (or was already gone).
+ENDED_CODES = frozenset({Code.NONE, Code.CANCELLED_INSTEAD, Code.JOB_ENDED, Code.JOB_QUEUED})
+
+
+def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
+            ledger: dict | None = None, report_only: bool = False) -> list[ActionResult]:
+    """Carry out actions in order; `ledger` (key -> {"done": t, "seen": t}) is read and updated."""
+    ledger = ledger if ledger is not None else {}
+    results = []
+    for action in actions:
+        done_at = min((ledger[k]["done"] for k in action.keys if k in ledger), default=None)
+        if done_at is not None:
+            when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(done_at))
+            results.append(ActionResult(action, SKIPPED, f"already done for this incident at {when}",
+                                        code=Code.ALREADY_DONE))
+            continue
+        if report_only:
+            results.append(ActionResult(action, REPORT_ONLY, "report only (actions.report_only): not done",
+                                        code=Code.REPORT_ONLY))
+            continue
+        if dry_run:
+            results.append(ActionResult(action, DRY_RUN, "dry run: not done", code=Code.DRY_RUN))
+            continue
+        try:
+            result = _apply(action, slurm, prefix)
+        except OutOfTime as e:
+            result = ActionResult(action, FAILED, f"not done, left for the next run: {e}", retry=True,
+                                  code=Code.OUT_OF_TIME)
+        except SlurmUnavailable as e:
+            result = ActionResult(action, FAILED, f"Slurm unreachable, not done: {e}", retry=True,
+                                  code=Code.SLURM_UNREACHABLE)
+        except SlurmNotConfigured as e:
+            result = ActionResult(action, FAILED, str(e), code=Code.NO_SLURM_CONFIG)
+        except BackendError as e:
+            result = ActionResult(action, FAILED, f"not done: {e}", code=Code.BACKEND_UNUSABLE)
+        except SlurmError as e:
+            result = ActionResult(action, FAILED, f"{getattr(slurm, 'name', 'scontrol')} refused: {e}",
+                                  code=Code.REFUSED)
+        if result.outcome in (DONE, SKIPPED) and result.code != Code.JOB_RUNNING:
+            now = time.time()
+            for k in action.keys:
+                ledger[k] = {"done": now, "seen": now}
+                if action.kind in ("requeue", "cancel"):
+                    # A requeue skipped (--no-requeue, srun) ended nothing: killing was not tried.
+                    ledger[k]["ended"] = result.code in ENDED_CODES
+        results.append(result)
+    return results
+
+
+def _apply(action: Action, slurm: SlurmBackend | None, prefix: str) -> ActionResult:
+    if slurm is None:
+        raise SlurmUnavailable("no Slurm backend")
+    handler = _HANDLERS.get(action.kind)
+    if handler is None:
+        return ActionResult(action, FAILED, f"unknown action {action.kind}", code=Code.UNKNOWN_ACTION)
+    return handler(action, slurm, prefix)
+
+
+def _node(action: Action, slurm: SlurmBackend):
+    """(info, reason without its stamp), or (None, failure) for an unknown node."""
+    info = slurm.node_state(action.node)
+    if info is None:
+        return None, ActionResult(action, FAILED, f"node {action.node} is not known to Slurm",
+                                  code=Code.UNKNOWN_NODE)
+    return info, info.get("Reason", "")      # node_state gives it without the stamp
+
+
+def _state(info: dict) -> str:
+    return info.get("State", "?")
+
+
+def rebooted_by_us(info: dict, reason: str, prefix: str, generic: str = "") -> bool:
+    """DOWN after the reboot slurm-hooks asked for (nextstate=DOWN, our reason).
+
+    `generic`: Slurm's reasons that may stand in for ours when we know we asked for the
+    reboot: the task that could not be killed makes slurmstepd drain the node with
+    `Kill task failed` over our reason, and Slurm issues the reboot in the same instant."""
+    return ("DOWN" in node_flags(info) and reason.rstrip().endswith(REBOOT_COMPLETE)
+            and (reason.startswith(prefix) or is_generic(reason, generic)))
+
+
+def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    if action.replace_only and not node_is_drained(info):
+        return ActionResult(action, SKIPPED, "not drained (resumed since): nothing to replace",
+                            code=Code.NOTHING_TO_REPLACE)
+    foreign = foreign_states(info)
+    if foreign and set(foreign) <= set(REBOOT_STATES) and is_generic(current, action.replaces):
+        # A reboot is pending and Slurm's generic reason went over the one it was
+        # asked with: put the precise one back (a drain leaves the reboot pending).
+        slurm.drain(action.node, action.reason)
+        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)",
+                            code=Code.REPLACED_GENERIC)
+    if foreign:
+        # A drain on top would overwrite the reason of whoever set this state.
+        if current.startswith(prefix) and reason_is_current(info):
+            return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
+                                f"(reason: {current}); left as it is", code=Code.ALREADY_OURS)
+        return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "
+                            "by slurm-hooks: left alone, report only", code=Code.FOREIGN_STATE)
+    if node_is_drained(info):
+        generic = is_generic(current, action.replaces)
+        if not current.startswith(prefix) and not generic:
+            return ActionResult(action, SKIPPED,
+                                f"already drained by someone else (reason: {current or 'none'}); left as it is",
+                                code=Code.FOREIGN_DRAIN)
+        if current == action.reason:
+            return ActionResult(action, SKIPPED, "already drained with this reason", code=Code.ALREADY_DRAINED)
+        if generic:
+            slurm.drain(action.node, action.reason)
+            return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}",
+                                code=Code.REPLACED_GENERIC)
+    slurm.drain(action.node, action.reason)
+    return ActionResult(action, DONE)
+
+
+def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
+    if not current.startswith(prefix) and not after_reboot:
+        if not node_is_drained(info) and not foreign_states(info):
+            return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
+        return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
+                            "not ours to resume", code=Code.NOT_OURS)
+    if after_reboot:
+        # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
+        slurm.resume(action.node)
+        return ActionResult(action, DONE, "back in service after its reboot: the health check passed",
+                            code=Code.AFTER_REBOOT)
+    foreign = foreign_states(info)
+    if any(s in foreign for s in REBOOT_STATES):
+        return ActionResult(action, SKIPPED, f"a reboot is pending ({_state(info)}); the node comes back "
+                            "after it, once a health check passes", code=Code.REBOOT_PENDING)
+    if foreign:
+        return ActionResult(action, SKIPPED, f"node is {_state(info)}, not by slurm-hooks: our drain is "
+                            "left in place, report only", code=Code.FOREIGN_STATE)
+    if not node_is_drained(info):
+        return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
+    slurm.undrain(action.node)
+    return ActionResult(action, DONE)
+
+
+def job_address(info: dict, job: str) -> str:
+    """The id to act on `job` with, from Slurm's record of it.
+
+    An array element is addressed as ArrayJobId_ArrayTaskId: the cgroup names the
+    element's own JobId, and the last element to start carries the array's own id,
+    which `requeue`, `scancel` and `update` read as the whole array.
+    """
+    array, task = info.get("ArrayJobId", ""), info.get("ArrayTaskId", "")
+    if array and task.isdigit():
+        return f"{array}_{task}"
+    return job
+
+
+def job_uid(info: dict) -> int | None:
+    """The uid in `UserId=alice(1001)`."""
+    m = re.search(r"\((\d+)\)\s*$", info.get("UserId", ""))
+    return int(m.group(1)) if m else None
+
+
+def _refused(action: Action, info: dict) -> ActionResult | None:
+    """A refusal when Slurm does not confirm the job is this node's and the task's user's."""
+    from ..core.hostlist import contains
+    nodes = info.get("NodeList", "")
+    # A job we requeued from here runs nowhere yet: the note of what became of it is still ours to add.
+    if not contains(nodes, action.node) and not (action.ran_here and nodes in ("", "(null)")):
+        return ActionResult(action, SKIPPED, f"not acted on: Slurm says job {action.job} runs on "
+                            f"{nodes or 'no node'}, not on {action.node}", code=Code.NOT_ON_NODE)
+    owner = job_uid(info)
+    if action.uid is not None and owner != action.uid:
+        return ActionResult(action, SKIPPED, f"not acted on: job {action.job} belongs to uid "
+                            f"{owner}, the diagnosed task to uid {action.uid}", code=Code.UID_MISMATCH)
+    return None
+
+
+def _show_job(action: Action, slurm: SlurmBackend) -> tuple[str, dict, ActionResult | None]:
+    """(the id to act on, Slurm's record, a refusal or None)."""
+    job = action.job or ""
+    info = slurm.show_job(job)
+    if info is None:
+        return job, {}, ActionResult(action, FAILED, f"job {job} is not known to Slurm", code=Code.UNKNOWN_JOB)
+    return job_address(info, job), info, _refused(action, info)
+
+
+def _comment(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    job, info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return refused
+    if action.text in _admin_comment(info):
+        return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis",
+                            code=Code.COMMENT_PRESENT)
+    _append_comment(slurm, job, info, action.text)
+    return ActionResult(action, DONE, f"on {job}" if job != action.job else "")
+
+
+def _admin_comment(info: dict) -> str:
+    value = info.get("AdminComment", "")
+    return "" if value == "(null)" else value
+
+
+def _append_comment(slurm: SlurmBackend, job: str, info: dict, text: str) -> None:
+    old = _admin_comment(info)
+    slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
+
+
+def _running_job(action: Action, slurm: SlurmBackend) -> tuple[str, dict, ActionResult | None]:
+    """(the id to act on, Slurm's record, a result that ends the action here or None):
+    the job must be Slurm's, this node's and the task user's, and not ended."""
+    job, info, refused = _show_job(action, slurm)
+    if refused is not None:
+        return job, info, refused
+    state = info.get("JobState", "")
+    if state in TERMINAL:
+        return job, info, ActionResult(action, SKIPPED, f"job already ended ({state})", code=Code.JOB_ENDED)
+    return job, info, None
+
+
+def _requeue(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    job, info, ended = _running_job(action, slurm)
+    if ended is not None:
+        return ended
+    state = info.get("JobState", "")
+    if state.startswith(("PENDING", "REQUEUE")):
+        return ActionResult(action, SKIPPED, f"job already back in the queue ({state})", code=Code.JOB_QUEUED)
+    why = None
+    if info.get("Requeue") == "0":
+        why = "requeue is disabled for this job (--no-requeue or JobRequeue=0)"
+    elif info.get("BatchFlag") == "0":
+        why = "not a batch job (srun/salloc jobs cannot be requeued)"
+    else:
+        try:
+            slurm.requeue(job)
+            return ActionResult(action, DONE, f"requeued {job}" if job != action.job else "")
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "pending execution" in str(e):   # requeued by someone already
+                return ActionResult(action, SKIPPED, f"job already requeued: {e}", code=Code.JOB_QUEUED)
+            why = f"scontrol requeue refused: {e}"
+    return _fallback(action, slurm, prefix, job, info, why)
+
+
+def _fallback(action: Action, slurm: SlurmBackend, prefix: str, job: str, info: dict, why: str) -> ActionResult:
+    cancel = action.fallback == "cancel"
+    note = "cancelled instead" if cancel else "left running"
+    msg = f"{note}: {why}" if cancel else f"not requeued, left running: {why}"
+    # Record why on the job first: a cancelled job may no longer take updates.
+    text = one_line(f"{prefix} not requeued ({why}); {note}")
+    try:
+        _append_comment(slurm, job, slurm.show_job(job) or info, text)
+    except SlurmUnavailable:
+        raise
+    except SlurmError as e:
+        msg += f"; could not record it on the job: {e}"
+    if cancel:
+        slurm.cancel(job)
+        return ActionResult(action, DONE, msg, code=Code.CANCELLED_INSTEAD)
+    return ActionResult(action, SKIPPED, msg, code=Code.NOT_REQUEUED)
+
+
+def _still_running_here(action: Action, slurm: SlurmBackend) -> str:
+    """The job's state when Slurm says it still runs on this node, else "" (ended,
+    back in the queue, being killed by Slurm, running elsewhere, or forgotten)."""
+    from ..core.hostlist import contains
+    info = slurm.show_job(action.after_job or "")
+    if info is None:
+        return ""
+    state = info.get("JobState", "")
+    if state in TERMINAL or state.startswith(("PENDING", "REQUEUE", "COMPLETING")):
+        return ""
+    return state if contains(info.get("NodeList", ""), action.node) else ""
+
+
+def _cancel(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    job, _, ended = _running_job(action, slurm)
+    if ended is not None:
+        return ended
+    slurm.cancel(job)
+    return ActionResult(action, DONE)
+
+
+def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    if action.after_job:
+        running = _still_running_here(action, slurm)
+        if running:
+            return ActionResult(action, SKIPPED, f"no reboot yet: job {action.after_job} still runs here "
+                                f"({running}) and nothing has ended it", code=Code.JOB_RUNNING)
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    if not current.startswith(prefix):
+        return ActionResult(action, SKIPPED, f"the node's reason is not ours ({current or 'none'}, "
+                            f"{_state(info)}): no reboot asked for", code=Code.NOT_OURS)
+    if rebooted_by_us(info, current, prefix):
+        return ActionResult(action, SKIPPED, "the fault survived a reboot: the node stays DOWN for a "
+                            "human, no second reboot (no boot loop)", code=Code.FAULT_SURVIVED_REBOOT)
+    if any(s in node_flags(info) for s in REBOOT_STATES):
+        return ActionResult(action, SKIPPED, f"a reboot is already pending ({_state(info)})",
+                            code=Code.REBOOT_PENDING)
+    try:
+        slurm.reboot(action.node, action.reason)
+    except SlurmUnavailable:
+        raise
+    except SlurmError as e:
+        if "RebootProgram" in str(e):
+            return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)",
+                                code=Code.NO_REBOOT_PROGRAM)
+        raise
+    return ActionResult(action, DONE, "reboot requested once the node is idle (nextstate=DOWN: back in "
+                        "service when a health check after the boot passes)")
+
+
+def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    """Let Slurm go of a node it holds COMPLETING for a task it could not kill, with
+    our reboot pending: slurmctld ends a DOWN node's jobs and issues the reboot. Only
+    while exactly that holds: our reason (or Slurm's `Kill task failed` over it), the
+    reboot requested and not yet issued, the node COMPLETING."""
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    flags = node_flags(info)
+    ours = current.startswith(prefix) or is_generic(current, action.replaces)
+    if not (ours and "REBOOT_REQUESTED" in flags and "COMPLETING" in flags and "DOWN" not in flags):
+        return ActionResult(action, SKIPPED, f"no longer held for our reboot ({_state(info)}, reason: "
+                            f"{current or 'none'}): left as it is", code=Code.NOT_HELD)
+    slurm.set_down(action.node, action.reason)
+    return ActionResult(action, DONE, "set DOWN: Slurm held the node COMPLETING for a task it could not "
+                        "kill, with our reboot pending; it lets go of the step and reboots the node",
+                        code=Code.RELEASED)
+
+
+_HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
+             "cancel": _cancel, "reboot": _reboot, "down": _down}

@@ -1,0 +1,491 @@
+"""Actuation: findings in, Slurm actions carried out (or spooled), local records kept.
+
+Around the pure policy (decide/policy.py) and the Slurm backend (act/actions.py, slurm/scontrol.py):
+- hysteresis counts, and the healthy fast path that asks Slurm nothing;
+- the drain-storm breaker (decide/breaker.py): read the cluster before a drain, re-read after
+  it; a prolog or epilog honours the health checks' latest view instead;
+- the spool: actions slurmctld did not take wait for the next run (each once);
+- the ledger: job and reboot actions once per incident;
+- the prolog's special case (Slurm drains on its non-zero exit) and the way back after
+  a reboot slurm-hooks asked for.
+Everything it keeps goes through the run's staged state store: a dry run keeps nothing.
+"""
+from __future__ import annotations
+
+import time
+
+from ..core.model import FAIL, ActionResult, Finding
+from ..core.reason import GENERIC_FOR
+from ..core.records import asdict
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from ..core.config import Config
+    from ..core.state import StateStore
+
+BREAKER_FRESH = 600.0
+# The state files actuation keeps (the ledger is actions.LEDGER, "actions-done").
+STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot", "boot", "breaker")
+
+
+def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
+                 hook: str = "healthcheck", started: float | None = None,
+                 others_failing: str | None = None, notes: list[str] | None = None,
+                 picture=None) -> list[ActionResult]:
+    """Policy, breaker, spool and ledger around the Slurm backend (see act/actions.py).
+
+    `picture(cfg, job, timeout) -> str`: the job-wide picture of a job about to be
+    requeued (views.diagnose.capture, handed down by the run: this layer does not
+    reach up for it); None: no picture.
+
+    `started`: the run's start (monotonic): every Slurm call ends by
+    `actions.deadline` seconds after it, and what is left is spooled. `others_failing`:
+    another health check run beside this one (NHC) failed, so nothing is resumed."""
+    from ..decide import policy
+    counts = state.load("failures")
+    new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+    if new_counts != counts:
+        state.save("failures", new_counts)
+    drain = state.load("drain")
+    spooled = state.load("spool", list)
+    hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
+    reboot = state.load("reboot") if hook == "healthcheck" else {}
+    new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
+    failing = any(f.severity == FAIL or f.job_action for f in findings)
+    if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
+            and not state.load("actions-done"):
+        return []          # the healthy fast path: no Slurm call (an empty ledger has nothing to expire)
+
+    from ..core.model import Action
+    from ..core.outcomes import Code, Outcome
+    from .actions import LEDGER, execute
+    report_only = cfg.actions.report_only
+    ledger = state.load(LEDGER)
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
+    if hook == "prolog":
+        return _prolog_actions(actions, state, dry_run, report_only)
+    if hook == "healthcheck" and _may_recover(cfg, actions, findings):
+        actions = policy.recoveries(actions, findings, ledger, _recoverable(cfg), new_counts, bool(drain))
+    for a in actions:
+        if a.kind == "drain":
+            a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
+    if hook_failure and not any(a.kind == "drain" for a in actions):
+        actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
+                                 replaces=hook_failure.get("replaces", ""), replace_only=True))
+    resume, drain = policy.resume_decision(findings, drain, node, cfg.policy.resume_after)
+    if others_failing:
+        # Never resume while another tool fails the node: it would drain it again, and
+        # the node would flap between the two.
+        resume, drain = None, (dict(drain, passes=0) if drain else drain)
+    slurm = None
+    if not dry_run and not report_only:
+        from ..slurm.connect import open_backend
+        slurm = open_backend(cfg.slurm, None if started is None else started + cfg.actions.deadline)
+        if notes is not None and slurm.choice is not None:
+            notes.append(slurm.choice.note())
+    if slurm is not None and picture is not None:
+        _job_picture(cfg, actions, slurm, picture)
+    held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
+    if (reboot or new_boot) and slurm is not None:
+        after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
+                                      cfg.policy.resume_after, cfg.actions.release_after)
+        if after is not None:
+            resume = after          # the resume after the boot, or the DOWN that lets Slurm reboot
+    if resume is not None:
+        actions.append(resume)
+    queue = merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
+    results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    recovering = [a for a in queue if a.kind == "recover"]
+    queue = [a for a in queue if a.kind != "recover"]
+    results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
+    if recovering:
+        until = None if started is None else started + cfg.actions.deadline
+        results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
+    from ..decide.breaker import can_overflow
+    if held == [] and slurm is not None and hook == "healthcheck" and \
+            (view is None or can_overflow(view, cfg.policy)):
+        # Only the health check re-reads the cluster: a prolog or epilog never reads the
+        # node list (Slurm's guide), it honours the health checks' last view instead.
+        results = _breaker_recheck(cfg, node, results, slurm, state)
+
+    if not dry_run and not report_only:
+        state.save(LEDGER, refresh_ledger(ledger, findings))
+        # Actions Slurm could not take (unreachable, or no time left) wait in the spool;
+        # everything else is final.
+        spool = [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)}
+                 for r in results if r.retry]
+        if spool or spooled:
+            state.save("spool", spool)
+        drain = drain_record(drain, results, findings, node)
+        if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
+                                for r in results):
+            state.delete("hook-failure")      # the precise reason is in place (or moot)
+        if drain or state.exists("drain"):
+            state.save("drain", drain)
+        reboot = _reboot_record(reboot, results)
+        if reboot or state.exists("reboot"):
+            state.save("reboot", reboot)
+    return results
+
+
+def _new_boot(state: StateStore) -> bool:
+    """True once per boot: a node whose state_dir did not survive the reboot (diskless)
+    must still learn from Slurm that it is DOWN after a reboot of ours."""
+    from ..host.procfs import boot_id
+    now = boot_id()
+    if state.load("boot").get("id") == now:
+        return False
+    state.save("boot", {"id": now})
+    return True
+
+
+def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int,
+                  release_after: float):
+    """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
+    "reboot complete"), resume it once health checks pass. Before it, a node Slurm
+    still holds COMPLETING `release_after` seconds after we asked (the task it cannot
+    kill: Slurm 25.11 waits for it for ever) is set DOWN, so that Slurm reboots it.
+    Returns (the action: resume or down, or None; the record)."""
+    from ..core.model import Action
+    from ..core.reason import is_generic
+    from ..slurm.api import REBOOT_STATES, SlurmError, node_flags
+    from .actions import rebooted_by_us
+    try:
+        info = slurm.node_state(node)
+    except SlurmError:
+        return None, reboot
+    if info is None:
+        return None, reboot
+    # node_state gives the reason without its stamp: stripping again could cut a
+    # user's file name at its end that reads like one.
+    reason = info.get("Reason", "")
+    # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
+    generic = GENERIC_FOR["healthcheck"] if reboot else ""
+    if not rebooted_by_us(info, reason, prefix, generic):
+        flags = node_flags(info)
+        waiting = any(s in flags for s in REBOOT_STATES) and \
+            (reason.startswith(prefix) or is_generic(reason, generic))
+        if not waiting:
+            return None, {}
+        asked = (reboot or {}).get("at")
+        if asked is not None and {"REBOOT_REQUESTED", "COMPLETING"} <= flags and "DOWN" not in flags \
+                and time.time() - asked >= release_after:
+            ours = reboot.get("reason") or reason
+            return Action("down", node=node, reason=ours, replaces=generic), reboot
+        return None, reboot
+    record = dict(reboot or {"at": time.time()}, reason=reason)
+    if failing:
+        return None, dict(record, passes=0)
+    record["passes"] = int(record.get("passes", 0)) + 1
+    if record["passes"] >= max(1, resume_after):
+        return Action("resume", node=node, reason=reason, replaces=generic), record
+    return None, record
+
+
+def _reboot_record(reboot: dict, results) -> dict:
+    """Remember a reboot we asked for (to bring the node back after it); forget it once
+    the node is resumed."""
+    from ..core.outcomes import Outcome
+    for r in results:
+        if r.action.kind == "reboot" and r.outcome == Outcome.DONE:
+            return {"reason": r.action.reason, "at": time.time(), "passes": 0}
+        if r.action.kind == "resume" and r.outcome == Outcome.DONE:
+            return {}
+    return reboot
+
+
+
+
+def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
+    """The prolog takes no action itself: Slurm drains the node and requeues the job
+    when it exits non-zero, and a detached helper sets the precise reason (run/hooks.py).
+    The breaker is honoured from the health checks' latest cluster view: the prolog
+    must not wait on slurmctld to ask."""
+    from ..core.outcomes import Code, Outcome
+    drains = [a for a in actions if a.kind == "drain"]
+    if report_only:
+        return [ActionResult(a, Outcome.REPORT_ONLY, "report only (actions.report_only): not done",
+                             code=Code.REPORT_ONLY) for a in drains]
+    held = _cached_breaker(state)
+    if drains and held:
+        return [ActionResult(a, Outcome.HELD, held, code=Code.BREAKER) for a in drains]
+    if dry_run:
+        return [ActionResult(a, Outcome.DRY_RUN, "dry run: not done", code=Code.DRY_RUN) for a in drains]
+    return [ActionResult(a, Outcome.DEFERRED, "left to Slurm (it drains the node when the prolog fails); "
+                         "the precise reason follows", code=Code.LEFT_TO_SLURM) for a in drains]
+
+
+# The picture may take at most this share of what is left of the run's action time:
+# the drain, comment and requeue it precedes must still fit before slurmd's kill.
+PICTURE_SHARE = 0.5
+
+
+def _job_picture(cfg: Config, actions, slurm, capture) -> None:
+    """Before a job is requeued, the job-wide picture (views/diagnose.py) joins the diagnosis
+    recorded on it, so the post-mortem shows what the other ranks were doing. It lives
+    inside the run's action deadline: at most half of what is left of it."""
+    jobs = sorted({a.job for a in actions if a.kind == "requeue" and a.job})
+    if not jobs:
+        return
+    for job in jobs:
+        limit = cfg.diagnose.on_requeue_timeout
+        deadline = getattr(slurm, "deadline", None)
+        if deadline is not None:
+            limit = min(limit, (deadline - time.monotonic()) * PICTURE_SHARE)
+        if limit < 1:
+            break                    # no time left for it: the requeue comes first
+        line = capture(cfg, job, limit)
+        for a in actions:
+            if line and a.job == job and a.kind in ("comment", "requeue"):
+                a.text = f"{a.text}; {line}" if a.text else line
+
+
+def _cached_breaker(state: StateStore) -> str | None:
+    breaker = state.load("breaker")
+    if breaker.get("open") and time.time() - float(breaker.get("at", 0)) < BREAKER_FRESH:
+        return breaker.get("why", "drain-storm breaker open")
+    return None
+
+
+def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: StateStore, hook: str = "healthcheck") -> tuple:
+    """([(action, why)] for the actions the drain-storm breaker holds back, the cluster
+    view it read or None)."""
+    # A job's own problem (job_only) costs the node nothing and is never held back.
+    risky = [a for a in actions if a.kind in ("drain", "reboot", "requeue")
+             and not a.replace_only and not a.job_only]
+    if not risky or dry_run or slurm is None:
+        return [], None
+    if hook != "healthcheck":
+        # A prolog or epilog never reads the whole node list (Slurm's guide: hooks
+        # should not call Slurm commands): it honours the health checks' last view.
+        why = _cached_breaker(state)
+        return ([(a, why) for a in risky] if why else []), None
+    from ..decide.breaker import cluster_view, verdict
+    from ..slurm.api import SlurmError
+    try:
+        view = cluster_view(slurm, cfg.reason_prefix)
+    except SlurmError:
+        return [], None        # no view: the drain itself will fail and be spooled
+    from ..decide.breaker import step_back
+    back = step_back(view, node, cfg.policy)
+    if back:
+        # Drained in a storm by a run that read the cluster before the others drained.
+        try:
+            slurm.resume(node)
+        except SlurmError:
+            return [], view
+        state.save("breaker", {"open": True, "why": back, "at": time.time()})
+        return [(a, back) for a in risky], view
+    if node in view.infos:
+        slurm.prime_node(view.infos[node])      # the drain's own node lookup: no second RPC
+    why = None if node in view.ours else verdict(view, node, cfg.policy)
+    state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
+    return ([(a, why) for a in risky] if why else []), view
+
+
+def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateStore) -> list:
+    """Simultaneous health checks all pass the breaker's check, then all drain: after
+    our own drain, read the cluster again and step back when beyond the limit in the
+    breaker's stable order (decide/breaker.py)."""
+    from ..core.outcomes import Code, Outcome
+    from ..decide.breaker import cluster_view, settle, step_back
+    from ..slurm.api import MIN_CALL, SlurmError
+    drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
+               and r.outcome == Outcome.DONE and not r.action.replace_only]
+    if not drained:
+        return results
+    wait = settle(time.time())
+    if slurm.deadline is None or time.monotonic() + wait + MIN_CALL < slurm.deadline:
+        time.sleep(wait)         # every drain that sorts ahead of ours is visible after it
+    try:
+        why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
+        if why:
+            slurm.resume(node)
+    except SlurmError:
+        return results          # the drain stands; the next run re-reads
+    if not why:
+        return results
+    state.save("breaker", {"open": True, "why": why, "at": time.time()})
+    return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
+
+
+def _identity(a) -> tuple:
+    return (a.kind, a.node, a.job, a.reason if a.kind in ("drain", "reboot") else "", a.incident)
+
+
+def merge_spool(spooled: list, actions: list, max_age: float) -> list:
+    """Spooled actions first (oldest first), then new ones; each action once."""
+    from ..core.model import Action
+    now = time.time()
+    out, seen = [], set()
+    for entry in spooled:
+        try:
+            a = Action(**entry["action"])
+        except (TypeError, KeyError):
+            continue
+        if now - float(entry.get("at", now)) > max_age:
+            continue
+        if a.kind == "drain" and any(n.kind == "drain" for n in actions):
+            continue           # a newer drain says more about the node now
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    for a in actions:
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    return out
+
+
+def _spooled_at(spooled: list, action) -> float:
+    for entry in spooled:
+        if entry.get("action", {}).get("kind") == action.kind and \
+                entry["action"].get("reason") == action.reason and entry["action"].get("job") == action.job:
+            return float(entry.get("at", time.time()))
+    return time.time()
+
+
+# --- recovery without a reboot (act/recovery.py) --------------------------------------------
+def _may_recover(cfg: Config, actions: list, findings: list[Finding]) -> bool:
+    if not any(fs.recover.method != "none" for fs in cfg.filesystems):
+        return False
+    return any(a.kind == "reboot" for a in actions) or any(
+        f.check == "filesystem" and f.severity == FAIL for f in findings)
+
+
+def _recoverable(cfg: Config) -> dict:
+    """mountpoint -> Recovery for each configured mount with `recover` on, as mounted now
+    (mountinfo only); never a user's FUSE mount, nor one below it."""
+    from ..core.config import fs_timeout
+    from ..core.model import Recovery
+    from ..host.mounts import MountTable
+    table = MountTable.current()
+    out = {}
+    for fs in cfg.filesystems:
+        r = fs.recover
+        if r.method == "none":
+            continue
+        m = table.at(fs.mountpoint) if fs.mountpoint else table.holding(fs.path)
+        if m is not None and table.user_owner(m) is not None:
+            continue
+        # A mount that is gone (detached by a recovery whose remount failed) still has
+        # its entry: what was tried on it decides about the reboot.
+        point = m.mountpoint if m is not None else (fs.mountpoint or fs.path)
+        out[point] = Recovery(mountpoint=point, dev=m.dev if m is not None else "", method=r.method,
+                              command=list(r.command), remount=list(r.remount), wait=r.wait,
+                              timeout=fs_timeout(cfg, fs), probe=fs.path, probe_mode=fs.mode)
+    return out
+
+
+def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, ledger: dict,
+             dry_run: bool, report_only: bool, drain: dict, until: float | None = None) -> list:
+    """Carry out the recoveries policy asked for (each once per incident), then resume
+    the node and tell the jobs when one freed everything and the mount is back."""
+    from ..core.model import Action
+    from ..core.outcomes import Code, Outcome
+    from ..host.runner import Runner
+    from . import recovery
+    from .actions import execute
+    out: list[ActionResult] = []
+    for a in actions:
+        if any(k in ledger for k in a.keys):
+            out.append(ActionResult(a, Outcome.SKIPPED, "already tried for this incident", code=Code.ALREADY_DONE))
+            continue
+        if report_only or dry_run:
+            out.append(ActionResult(a, Outcome.REPORT_ONLY if report_only else Outcome.DRY_RUN,
+                                    "report only (actions.report_only): not done" if report_only
+                                    else "dry run: not done",
+                                    code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
+            continue
+        r = a.recovery
+        # Inside the run's action deadline (slurmd kills the health check at 60 s): a
+        # recovery that cannot fit is left whole for the next run, never cut short.
+        need = 4 * r.timeout + r.wait      # method, detach, remount, probe: each its deadline
+        if until is not None and until - time.monotonic() < need:
+            out.append(ActionResult(a, Outcome.FAILED, f"not started: {need:g}s needed, less left in this run "
+                                    "(actions.deadline); the next run tries", retry=False, code=Code.OUT_OF_TIME))
+            continue
+        runner = Runner(state)
+        # Our own probes stuck on the mount must go as well.
+        r.probes = [[int(e["pid"]), int(e["start"])] for k, e in runner.stuck().items()
+                    if k == f"filesystem:{r.probe}" and "pid" in e and "start" in e]
+        # The probe gets a runner of its own: the registry above was read while the
+        # stuck probes still lived, and they are gone now.
+        done = recovery.recover(r, runner, lambda: _probe(Runner(state), r, node))
+        now = time.time()
+        # By incident (once per incident) and by mount (what a later run's probe of it
+        # decides on: recovered, or tried and the reboot follows).
+        for k in a.keys + [f"recover:{node}:{r.mountpoint}"]:
+            ledger[k] = {"done": now, "seen": now, "recovered": done.recovered}
+        out.append(ActionResult(a, Outcome.DONE, done.summary(r),
+                                code=Code.RECOVERED if done.recovered else Code.NOT_RECOVERED))
+        if slurm is None:
+            continue
+        note = f"{cfg.reason_prefix} node {node}: {done.summary(r)}"
+        # Its own incident key: the diagnosis was recorded on the job already, this is news.
+        told = "+".join(f"{i}/recovery" for i in (a.incident or r.mountpoint).split("+"))
+        follow = [Action("comment", node=node, job=j, text=note, incident=told, ran_here=True)
+                  for j in r.jobs]
+        if done.recovered:
+            follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))
+        out += execute(follow, slurm, cfg.reason_prefix, dry_run, ledger)
+    return out
+
+
+def _probe(runner, r, node: str) -> tuple[bool, str]:
+    from ..checks.filesystem import probe_read, probe_write
+    from ..host.runner import DONE, Task
+    key = f"filesystem:{r.probe}"
+    task = (Task(key, probe_write, (r.probe, 4096, node), r.timeout) if r.probe_mode == "write"
+            else Task(key, probe_read, (r.probe,), r.timeout))
+    o = runner.run([task])[key]
+    if o.status == DONE and isinstance(o.value, dict) and o.value.get("ok"):
+        return True, f"ok in {float(o.value.get('latency', 0)):.2f}s"
+    if o.status == DONE and isinstance(o.value, dict):
+        return False, f"{o.value.get('step', '?')} failed: {o.value.get('errno', '')} {o.value.get('message', '')}".strip()
+    return False, f"{o.status}" + (f" at {o.step}" if o.step else "")
+
+
+def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
+    """Our local note of why we drained this node (for auto-resume)."""
+    from ..core.outcomes import Code, Outcome
+    # The mount a stuck task held came back without a reboot: the drain for it may be
+    # resumed as any resumable one is (at once, or after passing runs).
+    if any(r.action.kind == "recover" and r.code == Code.RECOVERED for r in results):
+        if any(r.action.kind == "resume" and r.outcome == Outcome.DONE for r in results):
+            return {}
+        return dict(drain, resumable=True) if drain else drain
+    for r in results:
+        a = r.action
+        if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):
+            failing = [f for f in findings if f.severity == FAIL]
+            resumable = all(f.resumable for f in failing) and bool(failing)
+            keep = drain if drain.get("reason") == a.reason else {}
+            return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
+                    "passes": 0, "at": keep.get("at", time.time())}
+        if a.kind == "drain" and r.code == Code.FOREIGN_DRAIN:
+            return {}          # an admin's drain now: not ours to resume
+        if a.kind == "resume" and r.outcome in (Outcome.DONE, Outcome.SKIPPED):
+            return {}
+    return drain
+
+
+# How long the ledger remembers an incident no finding has named. A stuck task can drop
+# out of the findings for a while (a SIGKILL wakes it for a moment and its clock
+# restarts) without being a new incident; a new stuck task has a new identity anyway.
+LEDGER_KEEP = 6 * 3600
+
+
+def refresh_ledger(ledger: dict, findings: list[Finding]) -> dict:
+    now = time.time()
+    live = {f.incident for f in findings if f.incident}
+    out = {}
+    for key, entry in ledger.items():
+        if not isinstance(entry, dict) or "done" not in entry:
+            continue                       # an unreadable entry: forget it
+        if key.split(":", 2)[-1] in live:
+            entry = dict(entry, seen=now)
+        if now - float(entry.get("seen", entry["done"])) < LEDGER_KEEP:
+            out[key] = entry
+    return out

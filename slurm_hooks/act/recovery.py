@@ -1,0 +1,167 @@
+"""Recovery without a reboot: free the tasks stuck on a hung mount the kernel's own way.
+
+Only a reboot clears a task stuck for good in D, unless the filesystem it waits on
+offers a way to fail its pending requests:
+
+- FUSE: writing 1 to /sys/fs/fuse/connections/MINOR/abort (fusectl) fails every request
+  of the connection; its callers wake with ENOTCONN and can die. MINOR is the mount's
+  device minor, from mountinfo: the mount itself is never touched.
+- NFS: `umount -f` fails the pending RPCs of a hard mount with EIO.
+- Anything else (Lustre eviction, GPFS): the site's own command.
+
+Then the dead mount is detached (`umount -l`) and brought back (`remount`, or autofs or
+a systemd mount unit), and the filesystem's own probe must pass. Each step runs in a
+hang-safe child with a deadline (host/runner.py); the stuck tasks are polled by pid and start
+time in /proc, never waited for. A recovery that leaves a task alive, or a mount that
+does not come back healthy, says so: the reboot follows, saying recovery was tried.
+
+Policy decides when (policy.recoveries): a mount proven hung, never a user's own, once
+per incident, on a node we drained, never in `check` or `--dry-run`.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from ..core.records import dataclass, field
+from ..host import procfs
+from ..host.runner import DONE, Runner, Task
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..core.model import Recovery
+
+FUSECTL = "/sys/fs/fuse/connections"
+UMOUNT = ("/usr/bin/umount", "/bin/umount")
+POLL = 0.1
+
+
+@dataclass
+class Outcome:
+    """What the recovery did, step by step, for the journal and the job's comment."""
+    recovered: bool = False
+    freed: int = 0                              # stuck tasks that could go
+    probes: int = 0                             # our own stuck probes that could go
+    left: list = field(default_factory=list)    # [pid, start] still there
+    steps: list = field(default_factory=list)   # "abort: done", "remount: failed: ...", ...
+
+    def summary(self, r: Recovery) -> str:
+        if self.recovered:
+            n = f"{self.freed} task{'s' if self.freed != 1 else ''} freed"
+            if self.probes:
+                n += f", {self.probes} stuck probe{'s' if self.probes != 1 else ''} gone"
+            return f"recovered without reboot ({r.method} {r.mountpoint}, {n})"
+        return f"recovery tried ({r.method} {r.mountpoint}): " + "; ".join(self.steps)
+
+
+def _abort(progress, path: str) -> str:
+    progress("abort")
+    with open(path, "w") as f:
+        f.write("1")
+    return "aborted"
+
+
+def _run_argv(progress, argv: list) -> dict:
+    """A program of the site's or umount, its output bounded and never ours to inherit."""
+    import subprocess
+    progress(os.path.basename(argv[0]))
+    r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, check=False)
+    return {"rc": r.returncode, "out": r.stdout[-400:].decode("utf-8", "replace")}
+
+
+def _argv(template: list, r: Recovery, source: str) -> list:
+    return [a.replace("{mountpoint}", r.mountpoint).replace("{source}", source) for a in template]
+
+
+def _umount() -> str:
+    return next((p for p in UMOUNT if os.path.exists(p)), UMOUNT[0])
+
+
+def _live_mount(r: Recovery):
+    """The mount as the kernel lists it now (mountinfo), found by its device: a mount
+    that is no longer there, or is another one now, is not the one we were asked about."""
+    from ..host.mounts import MountTable
+    table = MountTable.current()
+    for m in table:
+        if m.dev == r.dev and m.mountpoint == r.mountpoint:
+            return m
+    return None
+
+
+def _mounted_at(point: str):
+    from ..host.mounts import MountTable
+    return MountTable.current().at(point)
+
+
+def _step(runner: Runner, key: str, func, args: tuple, timeout: float) -> tuple[bool, str]:
+    o = runner.run([Task(key, func, args, timeout)])[key]
+    if o.status != DONE:
+        return False, f"{o.status}" + (f" at {o.step}" if o.step else "") + (f": {o.error}" if o.error else "")
+    v = o.value
+    if isinstance(v, dict) and v.get("rc"):
+        return False, f"exit {v['rc']}: {v.get('out', '').strip()[:200]}"
+    return True, "done"
+
+
+def _alive(tasks: list) -> list:
+    left = []
+    for pid, start in tasks:
+        st = procfs.read_small(f"/proc/{pid}/stat")
+        parsed = procfs.parse_stat(st) if st else None
+        if parsed is not None and parsed[2] == start and parsed[1] not in ("Z", "X"):
+            left.append([pid, start])
+    return left
+
+
+def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outcome:
+    """Carry out one recovery; `probe()` runs the filesystem's own probe of r.probe and
+    says (passed, verdict)."""
+    out = Outcome()
+    m = _live_mount(r)
+    if m is None:
+        out.steps.append(f"{r.mountpoint} (device {r.dev}) is no longer mounted: nothing to recover")
+        out.left = _alive(r.tasks)
+        out.freed = len(r.tasks) - len(out.left)
+        return out
+    key = f"recover:{r.mountpoint}"
+    if m.user_fuse:
+        out.steps.append(f"refused: {r.mountpoint} is a FUSE mount of uid {m.fuse_owner}, not the node's")
+        return out
+    if r.method == "fuse-abort":
+        if not m.is_fuse:
+            out.steps.append(f"refused: {r.mountpoint} is {m.fstype}, not FUSE")
+            return out
+        minor = r.dev.split(":", 1)[1]
+        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{minor}/abort",), r.timeout)
+    elif r.method == "nfs-force-unmount":
+        ok, what = _step(runner, key + ":umount-f", _run_argv, ([_umount(), "-f", r.mountpoint],), r.timeout)
+    else:
+        ok, what = _step(runner, key + ":command", _run_argv, (_argv(r.command, r, m.source),), r.timeout)
+    out.steps.append(f"{r.method}: {what}")
+    deadline = time.monotonic() + r.wait
+    everything = r.tasks + r.probes
+    left = _alive(everything)
+    while left and time.monotonic() < deadline:
+        time.sleep(POLL)
+        left = _alive(everything)
+    out.left = left
+    out.freed = len([t for t in r.tasks if t not in left])
+    out.probes = len([t for t in r.probes if t not in left])
+    if left:
+        out.steps.append(f"{len(left)} of {len(everything)} stuck tasks still there after {r.wait:g}s "
+                         f"(pid {', '.join(str(p) for p, _ in left[:5])})")
+        return out
+    if r.remount:
+        if _live_mount(r) is not None:
+            _step(runner, key + ":detach", _run_argv, ([_umount(), "-l", r.mountpoint],), r.timeout)
+        ok, what = _step(runner, key + ":remount", _run_argv, (_argv(r.remount, r, m.source),), r.timeout)
+        if ok and _mounted_at(r.mountpoint) is None:
+            ok, what = False, f"done, but nothing is mounted at {r.mountpoint}"
+        out.steps.append(f"remount: {what}")
+        if not ok:
+            return out
+    passed, verdict = probe()
+    out.steps.append(f"probe: {verdict}")
+    out.recovered = passed
+    return out

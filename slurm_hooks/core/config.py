@@ -1,0 +1,1035 @@
+"""Configuration: built-in defaults, and a YAML loader that validates everything.
+
+Every setting is a dataclass field whose metadata says what it accepts, so the defaults,
+the validation and the documentation test all read one table. The loader walks
+PyYAML's node tree rather than the plain parsed data, because nodes know their line:
+each problem is reported as `FILE:LINE: dotted.key: what is wrong`, all problems at
+once, and the caller exits with status 2.
+
+YAML is only imported when a file is read: a health check with no config file starts
+faster.
+"""
+from __future__ import annotations
+
+import os
+
+from .records import MISSING, dataclass, field, fields
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from typing import Any
+
+DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
+ENV_VAR = "SLURM_HOOKS_CONFIG"
+# Validated configurations are cached here (tmpfs, root only), keyed by the file's
+# identity: importing and running YAML costs more than the rest of a healthy run.
+CACHE_DIR = "/run/slurm-hooks"
+
+
+class ConfigError(Exception):
+    """One or more problems in a configuration file; str() has one per line."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def setting(default=MISSING, kind="str", doc="", **rules):
+    """A dataclass field plus what the loader accepts for it.
+
+    kind: str | path | int | seconds | number | bool | enum | strlist | section | list
+    rules: choices (enum), min/max (numbers), item (class for list), cls (section),
+    nullable (None allowed).
+    """
+    meta = dict(kind=kind, doc=doc, **rules)
+    if kind == "section":
+        return field(default_factory=rules["cls"], metadata=meta)
+    if isinstance(default, (list, dict)):
+        def copy(d: Any = default) -> Any:
+            return type(d)(d)
+        return field(default_factory=copy, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class RecoverConfig:
+    method: str = setting("none", kind="enum", choices=("none", "fuse-abort", "nfs-force-unmount", "command"),
+                          doc="How to free tasks stuck on this mount without a reboot, once it is proven "
+                          "hung and its job was ended: `fuse-abort` (write 1 to the FUSE connection's "
+                          "fusectl `abort`: every pending request fails, its callers wake), "
+                          "`nfs-force-unmount` (`umount -f`: pending RPCs of a hard mount fail with "
+                          "EIO), `command` (the site's own, `recover.command`), `none`: reboot as before.")
+    command: list = setting([], kind="strlist",
+                            doc="method `command`: argv, absolute program path; `{mountpoint}` and "
+                            "`{source}` are replaced. Run in a child with a deadline (filesystem "
+                            "timeout), never through a shell.")
+    remount: list = setting([], kind="strlist",
+                            doc="argv that brings the mount back after the dead one is detached "
+                            "(`umount -l`), placeholders as for command. Empty: nothing is run "
+                            "(autofs or a systemd mount unit brings it back).")
+    wait: float = setting(10.0, kind="seconds",
+                          doc="How long the stuck tasks and probes on the mount get to go after the "
+                          "recovery, polled, within the run's action deadline. Tasks still there: "
+                          "the reboot, saying recovery was tried.")
+
+
+@dataclass
+class FilesystemConfig:
+    path: str = setting(kind="path", doc="Directory to probe. The write probe creates, writes, "
+                        "fsyncs, reads back and removes a small file in it.")
+    mountpoint: str | None = setting(None, kind="path", nullable=True,
+                                     doc="Mount that must be present for this path (e.g. /home "
+                                     "for /home/.probe). Absent from the mount table: `missing`. "
+                                     "Default: not required, the path's own mount is used.")
+    fstype: str | None = setting(None, nullable=True,
+                                 doc="Expected filesystem type of that mount (nfs4, lustre, gpfs, "
+                                 "...). Another type is reported as `missing`.")
+    mode: str = setting("write", kind="enum", choices=("write", "read"),
+                        doc="write: create+write+fsync+read back+unlink. read: statfs and "
+                        "read the directory, for mounts a node must not write to.")
+    timeout: float | None = setting(None, kind="seconds", nullable=True,
+                                    doc="Deadline for the probe. Default: filesystem_defaults.timeout.")
+    warn_after: float | None = setting(None, kind="seconds", nullable=True,
+                                       doc="Latency above which the verdict is `slow`. "
+                                       "Default: filesystem_defaults.warn_after.")
+    payload_bytes: int | None = setting(None, kind="int", min=1, max=16 << 20, nullable=True,
+                                        doc="Bytes written and read back. "
+                                        "Default: filesystem_defaults.payload_bytes.")
+    required: bool = setting(True, kind="bool",
+                             doc="A failure drains the node (true) or is only reported (false).")
+    recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
+                                     doc="Recovery without a reboot (opt-in): README, \"Recovery "
+                                     "without a reboot\".")
+
+
+@dataclass
+class FilesystemDefaults:
+    timeout: float = setting(10.0, kind="seconds",
+                             doc="Deadline of a filesystem probe, in seconds. All paths are "
+                             "probed at once, so a run with every path hung ends after about "
+                             "this long. Keep it well below slurmd's 60 s kill.")
+    warn_after: float = setting(2.0, kind="seconds",
+                                doc="Latency above which a probe that succeeded is `slow`.")
+    payload_bytes: int = setting(4096, kind="int", min=1, max=16 << 20,
+                                 doc="Bytes written, fsynced and read back by the write probe.")
+    discover_network_mounts: bool = setting(
+        True, kind="bool",
+        doc="When `filesystems` is empty: also probe (read mode) every network or FUSE "
+        "mount found in the mount table.")
+
+
+@dataclass
+class SlurmConfig:
+    bin_dir: str | None = setting(None, kind="path", nullable=True,
+                                  doc="Directory holding scontrol (and squeue and sinfo). Default: the first of "
+                                  "/usr/bin, /usr/local/bin, /opt/slurm/bin that has it. "
+                                  "HealthCheckProgram runs with no PATH, so none is used.")
+    conf: str | None = setting(None, kind="path", nullable=True,
+                               doc="slurm.conf to use (passed to scontrol as SLURM_CONF). "
+                               "Default: Slurm's own default or $SLURM_CONF.")
+    timeout: float = setting(15.0, kind="seconds",
+                             doc="Deadline of each scontrol call. An unreachable slurmctld "
+                             "takes about 9 s to be reported by scontrol itself.")
+    backend: str = setting("auto", kind="enum", choices=("auto", "scontrol", "pyslurm"),
+                           doc="How Slurm is asked: `scontrol` (a program per call), or "
+                           "`pyslurm` (libslurm through the pyslurm binding, in a child with "
+                           "the same deadline). `auto`: pyslurm when it is installed and was "
+                           "built for the running Slurm's major.minor (`scontrol --version`), "
+                           "else scontrol; the choice and why are in `config show` and the "
+                           "journal. `pyslurm` forces it and fails with a clear error on a "
+                           "mismatch.")
+
+
+@dataclass
+class StuckTasksConfig:
+    enabled: bool = setting(True, kind="bool",
+                            doc="Look for tasks (any thread) stuck in uninterruptible sleep (D).")
+    grace: float = setting(120.0, kind="seconds",
+                           doc="A task counts as stuck after this long in D with no progress "
+                           "(unchanged context-switch counts), remembered across runs.")
+    sample_window: float = setting(1.0, kind="seconds",
+                                   doc="When D tasks not seen before are found, sample them again "
+                                   "this much later in the same run, to tell a stuck task from one "
+                                   "doing slow I/O.")
+    inspect_timeout: float = setting(2.0, kind="seconds",
+                                     doc="Deadline of the child that reads a stuck process's "
+                                     "environment (for its rank), command line and path arguments.")
+    non_job_tasks: str = setting("warn", kind="enum", choices=("ignore", "warn", "drain"),
+                                 doc="What a stuck task outside any Slurm job does: nothing, a "
+                                 "warning in the report, or drain the node.")
+    own_mount: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                             doc="A job task stuck on a FUSE mount its own user made is the job's "
+                             "problem, not the node's: never a drain or a reboot. `comment`: record "
+                             "the diagnosis on the job (AdminComment, journal); `cancel` or `requeue` "
+                             "the job as well.")
+    not_node: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                            doc="A job task stuck where nothing proves the node at fault (a vfork "
+                            "parent, a ptrace stop, a pipe or lock, a mount no kernel id shows to be "
+                            "the node's) is the job's problem: never a drain or a reboot. `comment`: "
+                            "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
+    listpids_fallback: bool = setting(True, kind="bool",
+                                      doc="Ask `scontrol listpids` which job a stuck process belongs "
+                                      "to when its cgroup does not say (proctrack/linuxproc).")
+
+
+@dataclass
+class GpuIdleConfig:
+    enabled: bool = setting(True, kind="bool",
+                            doc="Report a GPU that idles while the other GPUs of its job are busy.")
+    window: float = setting(900.0, kind="seconds",
+                            doc="How long a GPU must idle while its job's other GPUs are busy, "
+                            "without a break, before it is a warning. Alone it never drains: "
+                            "healthy jobs look like this for minutes (a checkpoint written by one "
+                            "rank, RL trainers waiting for rollouts, a slow data loader). Tied to a "
+                            "process of the job stuck in D it is one diagnosis with that task, at once.")
+    busy_utilization: float = setting(50.0, kind="number", min=0, max=100,
+                                      doc="Utilization (%) at which a GPU counts as busy.")
+    idle_utilization: float = setting(5.0, kind="number", min=0, max=100,
+                                      doc="Utilization (%) at or below which a GPU counts as idle.")
+    idle_power_ratio: float = setting(0.5, kind="number", min=0, max=1,
+                                      doc="An idle GPU must also draw at most this share of the power "
+                                      "of its job's busiest GPU.")
+
+
+@dataclass
+class GpuConfig:
+    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
+                           doc="auto: check GPUs when an NVIDIA driver is present, else not "
+                           "applicable. true: this node must have working GPUs (no driver is a "
+                           "failure). false: never.")
+    count: int | None = setting(None, kind="int", min=0, max=1024, nullable=True,
+                                doc="GPUs this node must show. null: the node's Gres=gpu:N in Slurm "
+                                "(asked once an hour), else not checked.")
+    timeout: float = setting(10.0, kind="seconds",
+                             doc="Deadline of the NVML queries, all GPUs together. Past it the "
+                             "driver is reported unresponsive, naming the call it did not answer.")
+    temperature_warn: float = setting(87.0, kind="number", min=0, max=200,
+                                      doc="Warn above this GPU temperature (C).")
+    clock_event_warn: list = setting(["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                                      "sw_thermal_slowdown"], kind="strlist",
+                                     choices=("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+                                              "sw_thermal_slowdown", "sw_power_cap", "sync_boost"),
+                                     doc="Clock-event (throttle) reasons that give a warning.")
+    pcie_replay_warn: int = setting(100, kind="int", min=1,
+                                    doc="Warn when a GPU's PCIe replay counter grows by this much "
+                                    "between two runs.")
+    nvlink_error_warn: int = setting(100, kind="int", min=1,
+                                     doc="Warn when a GPU's NVLink CRC error counters grow by this much "
+                                     "between two runs. A link down, and any growth of the replay or "
+                                     "recovery counters, drains (as DCGM's NVLink health watch fails).")
+    xid_actions: dict = setting({}, kind="map", key_kind="int",
+                                value={"kind": "enum", "choices": ("drain", "record", "warn")},
+                                doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
+                                "Defaults: README, section Xid table.")
+    idle: GpuIdleConfig = setting(kind="section", cls=GpuIdleConfig,
+                                  doc="GPUs idle while the rest of their job is busy.")
+
+
+@dataclass
+class HostConfig:
+    sysfs: str = setting("/sys", kind="path",
+                         doc="Where sysfs is mounted. The fabric check reads class/infiniband and "
+                         "class/net below it; a test or a replay points it at a tree laid out the same way.")
+
+
+# The error counters of an InfiniBand port (Documentation/ABI/stable/sysfs-class-infiniband)
+# and how much growth within fabric.error_window warns: the thresholds of
+# infiniband-diags' ibqueryerrors (10 for the physical-layer counters, 100 for the rest).
+FABRIC_ERROR_WARN = {
+    "symbol_error": 10, "link_error_recovery": 10, "port_rcv_errors": 10,
+    "local_link_integrity_errors": 10, "excessive_buffer_overrun_errors": 10,
+    "port_rcv_remote_physical_errors": 100, "port_rcv_switch_relay_errors": 100,
+    "port_xmit_discards": 100, "port_xmit_constraint_errors": 100,
+    "port_rcv_constraint_errors": 100, "VL15_dropped": 100,
+}
+
+
+@dataclass
+class FabricConfig:
+    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
+                           doc="auto: check the RDMA ports when sysfs has class/infiniband, else "
+                           "not applicable. true: this node must have RDMA ports. false: never.")
+    ports: list = setting([], kind="strlist",
+                          doc="Ports that must be up, as DEVICE/PORT (mlx5_0/1); set per node "
+                          "group. Empty: every port seen ACTIVE since the node booted.")
+    rate: float | None = setting(None, kind="number", min=0, nullable=True,
+                                 doc="Expected rate of every expected port, Gb/s (400 for 4X NDR). "
+                                 "null: the highest rate the port had since boot.")
+    slow_rate: str = setting("warn", kind="enum", choices=("warn", "fail"),
+                             doc="A port up below its expected rate: a warning, or a resumable drain.")
+    timeout: float = setting(5.0, kind="seconds",
+                             doc="Deadline of the child that reads the ports (a wedged HCA driver "
+                             "blocks sysfs reads).")
+    flap_strikes: int = setting(3, kind="int", min=1, max=255,
+                                doc="Link downs (growth of link_downed) within flap_window that make "
+                                "a port flapping: a resumable drain.")
+    flap_window: float = setting(3600.0, kind="seconds",
+                                 doc="Window, seconds, in which flap_strikes link downs count.")
+    flap_recovery: float = setting(1800.0, kind="seconds",
+                                   doc="A flapping port is healed after this long without a new link "
+                                   "down: its strikes are forgotten and the node is resumed after "
+                                   "policy.resume_after passing runs.")
+    error_window: float = setting(3600.0, kind="seconds",
+                                  doc="Window, seconds, over which error-counter growth is measured.")
+    error_warn: dict = setting(dict(FABRIC_ERROR_WARN), kind="map", key_kind="str",
+                               value={"kind": "int", "min": 1},
+                               doc="Growth of an error counter within error_window that warns, per "
+                               "counter: {symbol_error: 10}. Counters not named keep their default; "
+                               "defaults: README, section fabric check.")
+
+
+@dataclass
+class SiteChecksConfig:
+    enabled: bool = setting(True, kind="bool", doc="Run the drop-in executables of `dir`.")
+    dir: str = setting("/etc/slurm-hooks/checks.d", kind="path",
+                       doc="Directory of site checks: executables named as run-parts accepts "
+                       "(letters, digits, _ and -), run with Nagios exit codes. A file or "
+                       "directory writable by anyone but root is refused, never run.")
+    timeout: float = setting(10.0, kind="seconds", max=55,
+                             doc="Deadline of each site check (one may declare a shorter one); "
+                             "killed, and remembered if stuck, past it.")
+    on_hang: str = setting("fail", kind="enum", choices=("fail", "warn"),
+                           doc="A site check that does not end by its deadline: a resumable drain "
+                           "(fail) or a warning.")
+    entry_points: bool = setting(True, kind="bool",
+                                 doc="Also run Python checks other packages register in the entry-point "
+                                 "group slurm_hooks.checks.")
+
+
+@dataclass
+class HookConfig:
+    enabled: bool = setting(True, kind="bool", doc="Run the checks in this hook.")
+    fs_timeout: float = setting(3.0, kind="seconds",
+                                doc="Deadline of the filesystem probes in this hook (short: a job "
+                                "start or end waits for it).")
+    lock_timeout: float = setting(2.0, kind="seconds",
+                                  doc="How long to wait for another instance of this hook to finish "
+                                  "before giving up (and letting the job go on).")
+    gpu_memory_leak_mib: int = setting(1024, kind="int", min=1,
+                                       doc="A GPU holding more memory than this with no process on it "
+                                       "is a leftover of an earlier job.")
+    reason_delay: float = setting(5.0, kind="seconds", max=300,
+                                  doc="After a failure, a detached helper waits this long, then asks "
+                                  "Slurm once (one node, never the node list) and puts the precise "
+                                  "reason in place of Slurm's generic one (\"Prolog error\"). If "
+                                  "Slurm has not drained the node by then, the next health check does it.")
+    reason_timeout: float = setting(60.0, kind="seconds",
+                                    doc="No longer used: the helper no longer polls Slurm (see "
+                                    "reason_delay). Accepted so that older files still load.")
+
+
+@dataclass
+class PolicyConfig:
+    failures_to_drain: dict = setting({}, kind="map", key_kind="str", value={"kind": "int", "min": 1, "max": 1000},
+                                      doc="Consecutive failing runs a check needs before it drains, per "
+                                      "check: {filesystem: 2}. Default 1. Hard failures (a lost GPU, a "
+                                      "stuck task) drain at once whatever this says.")
+    resume_after: int = setting(3, kind="int", min=0, max=10000,
+                                doc="Resume a node slurm-hooks drained once every check has passed "
+                                "this many runs in a row. 0: never resume. Drains by anybody else, and "
+                                "drains for a cause that needs a reboot or a human, are never resumed.")
+    max_drained_nodes: int = setting(10, kind="int", min=0,
+                                     doc="Drain-storm breaker: when this many nodes are already "
+                                     "drained by slurm-hooks, further drains are only reported. 0: no "
+                                     "limit by count.")
+    max_drained_fraction: float = setting(0.1, kind="number", min=0, max=1,
+                                          doc="The same as a share of the cluster's nodes; the larger "
+                                          "of the two limits applies. 0: no limit by share.")
+    spool_max_age: float = setting(86400.0, kind="seconds",
+                                   doc="Actions Slurm could not take (slurmctld down) are kept and "
+                                   "retried by later runs for at most this long.")
+    lock_timeout: float = setting(5.0, kind="seconds",
+                                  doc="How long a health check waits for the previous one to finish.")
+
+
+@dataclass
+class DiagnoseConfig:
+    timeout: float = setting(20.0, kind="seconds",
+                             doc="`slurm-hooks diagnose`: how long the whole job may take to answer; "
+                             "a node that has not answered by then is reported as not answering.")
+    sample: float = setting(0.5, kind="seconds",
+                            doc="How long each task's CPU time and context switches are watched "
+                            "for progress.")
+    stacks: bool = setting(True, kind="bool",
+                           doc="Read Python stacks with `py-spy dump --nonblocking` where py-spy "
+                           "is installed (it never stops the job).")
+    pyspy: str = setting("auto",
+                         doc="py-spy on the nodes: `auto` (next to this Python, then /usr/local/bin, "
+                         "/usr/bin, /opt/slurm-hooks/bin), a path, or `off`. Without it the report "
+                         "says there are no Python stacks and why.")
+    collector: list = setting([], kind="strlist",
+                              doc="Command that runs `job-report` on the nodes, as a list "
+                              "(`[/opt/slurm-hooks/bin/slurm-hooks]`). Default: this Python, isolated "
+                              "(`-I`: no PYTHON* variables, no user site, not the caller's "
+                              "directory), with this installation's package by its absolute path, "
+                              "the same on every node.")
+    on_requeue: bool = setting(True, kind="bool",
+                               doc="Before the health check requeues a job for a stuck task, take "
+                               "the job-wide picture and record its summary with the diagnosis.")
+    on_requeue_timeout: float = setting(20.0, kind="seconds",
+                                        doc="Deadline of that picture (the health check has 60 s "
+                                        "in all).")
+    fanout: str = setting("auto", kind="enum", choices=("auto", "clush", "srun"),
+                          doc="How the collector reaches the job's nodes: `clush` (ClusterShell over "
+                          "ssh as root, outside the job: the only way root reaches another user's job, "
+                          "since Slurm creates a step in a job only for its owner), `srun` (`srun "
+                          "--overlap` in the job, for its owner), `auto` (clush when the caller is root "
+                          "and ClusterShell is installed, else srun).")
+    ssh_user: str = setting("root", doc="clush: the user ssh logs in as on the nodes.")
+    ssh_options: list = setting([], kind="strlist",
+                                doc="clush: options given to ssh (`[-F, /etc/slurm-hooks/ssh_config]`, "
+                                "`[-p, 2222]`), before slurm-hooks' own (BatchMode, ConnectTimeout).")
+    ssh_connect_timeout: float = setting(5.0, kind="seconds", min=1,
+                                         doc="clush: how long ssh may take to connect to a node (never "
+                                         "more than the deadline).")
+    fanout_width: int = setting(64, kind="int", min=1, max=4096,
+                                doc="clush: how many nodes are reached at once (ClusterShell's fan-out "
+                                "window).")
+
+
+@dataclass
+class ActionsConfig:
+    drain: bool = setting(True, kind="bool",
+                          doc="Drain the node when a check fails. false: report only.")
+    comment_job: bool = setting(True, kind="bool",
+                                doc="Record the diagnosis in the job's AdminComment (what was "
+                                "there is kept).")
+    requeue_job: bool = setting(True, kind="bool",
+                                doc="Requeue a job with a stuck task, so its healthy nodes are freed "
+                                "and it restarts elsewhere from its checkpoint.")
+    requeue_fallback: str = setting("leave", kind="enum", choices=("leave", "cancel"),
+                                    doc="For a job that cannot be requeued (--no-requeue, not a "
+                                    "batch job): leave it running and report, or cancel it.")
+    reboot: bool = setting(True, kind="bool",
+                           doc="Ask Slurm to reboot the node once it is idle (`scontrol reboot "
+                           "ASAP nextstate=DOWN`) when a task is stuck for good: only a reboot "
+                           "clears it. The node stays DOWN after the boot until a health check "
+                           "passes and slurm-hooks resumes it. Needs RebootProgram in slurm.conf.")
+    release_after: float = setting(120.0, kind="seconds",
+                                   doc="A node Slurm still holds COMPLETING this many seconds after "
+                                   "slurm-hooks asked for its reboot (a task of the requeued job it cannot "
+                                   "kill) is set DOWN with slurm-hooks' reason, so that Slurm lets go of "
+                                   "the step and issues the reboot. Slurm 25.11 keeps such a node "
+                                   "COMPLETING for as long as the task lives; 22.05 lets go by itself "
+                                   "after UnkillableStepTimeout. Keep it above UnkillableStepTimeout "
+                                   "(Slurm's default 60 s), so Slurm has given up first.")
+    report_only: bool = setting(False, kind="bool",
+                                doc="The one switch that turns every action off: no drain, comment, "
+                                "requeue, cancel, reboot or resume; the prolog and epilog always exit "
+                                "0. Findings and the actions that would have been taken are reported "
+                                "and journaled. For rolling out.")
+    deadline: float = setting(45.0, kind="seconds", max=58,
+                              doc="Every Slurm call of a run ends by this many seconds after the run "
+                              "started (slurmd kills the health check at 60 s); what is left is "
+                              "spooled and taken by the next run.")
+
+
+@dataclass
+class BesideConfig:
+    command: list = setting([], kind="strlist",
+                            doc="Another health check to run beside slurm-hooks, as an argument list "
+                            "(no shell): [/usr/sbin/nhc]. slurmd takes one HealthCheckProgram: "
+                            "slurm-hooks-healthcheck runs this one at the same time as its own checks. "
+                            "Empty: none.")
+    name: str = setting("nhc", doc="Its name in reports and the journal.")
+    timeout: float = setting(40.0, kind="seconds", max=55,
+                             doc="Its deadline, seconds; killed (and left, if stuck) past it. Keep it "
+                             "below slurmd's 60 s, and NHC's own -t below it.")
+
+
+@dataclass
+class Config:
+    node_name: str | None = setting(None, nullable=True,
+                                    doc="This node's Slurm name. Default: $SLURMD_NODENAME, "
+                                    "else the short hostname.")
+    reason_prefix: str = setting("slurm-hooks:",
+                                 doc="Starts every node reason we set, so our drains can be "
+                                 "told from an admin's. Must not be empty.")
+    state_dir: str = setting("/var/lib/slurm-hooks", kind="path",
+                             doc="Local directory for state between runs (one subdirectory "
+                             "per node name). Never on a probed shared filesystem.")
+    journal: str = setting("/var/log/slurm-hooks/journal.jsonl", kind="path",
+                           doc="Local JSON-lines journal: one line per run, with every finding "
+                           "and action.")
+    journal_max_bytes: int = setting(10 << 20, kind="int", min=4096,
+                                     doc="Size at which the journal is rotated (JOURNAL.1, .2, ...).")
+    journal_keep: int = setting(5, kind="int", min=1, max=100,
+                                doc="Rotated journal files kept.")
+    syslog: bool = setting(True, kind="bool",
+                           doc="Also send one concise line per run that found a problem or took "
+                           "an action, and per action, to syslog (journald reads the same socket).")
+    syslog_socket: str = setting("/dev/log", kind="path", doc="The syslog socket.")
+    syslog_facility: str = setting("daemon", kind="enum",
+                                   choices=("daemon", "user", "local0", "local1", "local2", "local3",
+                                            "local4", "local5", "local6", "local7"),
+                                   doc="Syslog facility.")
+    kernel_log: str = setting("/dev/kmsg", kind="path",
+                              doc="The kernel log, read for Xid events and hung-task lines (only "
+                              "records of the kernel facility count). A file of /dev/kmsg records, "
+                              "one per line, replays a captured log.")
+    prometheus_textfile_dir: str | None = setting(
+        "/var/lib/prometheus/node-exporter", kind="path", nullable=True,
+        doc="Directory of node_exporter's textfile collector; the health check writes "
+        "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists, "
+        "belongs to root and is not writable by others. null: off.")
+    filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
+                                doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
+                                "with discover_network_mounts, every network mount (read).")
+    filesystem_defaults: FilesystemDefaults = setting(kind="section", cls=FilesystemDefaults,
+                                                      doc="Defaults for every filesystems entry.")
+    stuck_tasks: StuckTasksConfig = setting(kind="section", cls=StuckTasksConfig,
+                                            doc="Tasks stuck in uninterruptible sleep.")
+    gpu: GpuConfig = setting(kind="section", cls=GpuConfig, doc="NVIDIA GPUs, through NVML.")
+    prolog: HookConfig = setting(kind="section", cls=HookConfig, doc="The prolog (slurm-hooks-prolog).")
+    epilog: HookConfig = setting(kind="section", cls=HookConfig, doc="The epilog (slurm-hooks-epilog).")
+    policy: PolicyConfig = setting(kind="section", cls=PolicyConfig,
+                                   doc="When to drain, when to resume, and the drain-storm breaker.")
+    actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
+                                     doc="What slurm-hooks may do about what it finds.")
+    slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
+    diagnose: DiagnoseConfig = setting(kind="section", cls=DiagnoseConfig,
+                                       doc="`slurm-hooks diagnose` and the job-wide picture taken "
+                                       "before a requeue.")
+    host: HostConfig = setting(kind="section", cls=HostConfig, doc="Where the host's kernel interfaces are.")
+    fabric: FabricConfig = setting(kind="section", cls=FabricConfig,
+                                   doc="InfiniBand and RoCE ports (the fabric check).")
+    site_checks: SiteChecksConfig = setting(kind="section", cls=SiteChecksConfig,
+                                            doc="The site's own checks: drop-in executables and "
+                                            "Python entry points.")
+    beside: BesideConfig = setting(kind="section", cls=BesideConfig,
+                                   doc="Another health check (NHC) run beside slurm-hooks.")
+    node_groups: list = setting([], kind="groups",
+                                doc="Settings for groups of nodes by Slurm hostlist: a list of "
+                                "{nodes: gpu[001-128], settings: {...}}. Every group naming this node "
+                                "applies, in order, over the settings above (sections merge, other "
+                                "values are replaced).")
+
+    # Where this configuration came from, for reports; not a setting.
+    source: str = field(default="built-in defaults", metadata={"internal": True})
+    # Why the validated configuration could not be cached (core/errors.py: our own local
+    # failure, reported by the run), else "".
+    cache_error: str = field(default="", metadata={"internal": True})
+
+
+def config_path(explicit: str | None) -> str | None:
+    """The file to read: --config, else $SLURM_HOOKS_CONFIG, else the default if present."""
+    if explicit:
+        return explicit
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return env
+    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+def journal_of(path: str | None) -> str:
+    """The journal a broken configuration file names, if it names one plainly (an
+    absolute path at the top level), else the default: where its error is journalled."""
+    default = Config.journal
+    if not path:
+        return default
+    try:
+        import yaml
+        with open(path, "rb") as f:
+            doc = yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except Exception:       # unreadable or not YAML: the default it is
+        return default
+    value = doc.get("journal") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) and value.startswith("/") else default
+
+
+def load(path: str | None, cache_dir: str | None = CACHE_DIR, mount_kind=None) -> Config:
+    """`mount_kind(path) -> fstype | None`: the filesystem type mounted at a path now
+    (host.mounts.fstype_at, handed in by the entry points), so a recovery method that
+    cannot work on it is refused at load; None: that one check is left out."""
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = _cache_key(path, st) + [_this_node_hint()]
+            cached = _cache_get(cache_dir, path, key)
+            if cached is not None:
+                return cached
+            text = f.read()
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
+    cfg = loads(text, path, mount_kind=mount_kind)
+    cfg.source = path
+    _cache_put(cache_dir, path, key, cfg)
+    return cfg
+
+
+def _cache_key(path: str, st) -> list:
+    from .. import __version__
+    # This module's own identity too: a new schema must not be served an old entry.
+    me = os.stat(__file__)
+    return [__version__, me.st_mtime_ns, me.st_size, os.path.abspath(path), st.st_dev, st.st_ino,
+            st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _cache_file(cache_dir: str, path: str) -> str:
+    # The key inside the file holds the full path; a clash only costs a cache miss.
+    return os.path.join(cache_dir, "config" + os.path.abspath(path).replace("/", "%")[-200:] + ".json")
+
+
+def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
+    if not cache_dir:
+        return None
+    from . import jsonio
+    try:
+        with open(_cache_file(cache_dir, path), "rb") as f:
+            entry = jsonio.loads(f.read())
+        if entry.get("key") != key:
+            return None
+        cfg = _from_dict(Config, entry["config"])
+        cfg.source = path
+        return cfg
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None   # no cache, a stale one, or a foreign file: read the YAML
+
+
+def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None:
+    if not cache_dir:
+        return
+    from . import jsonio
+    from .records import asdict
+    target = _cache_file(cache_dir, path)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        _prune(cache_dir)
+        with open(tmp, "w") as f:
+            f.write(jsonio.dumps({"key": key, "config": asdict(cfg)}))
+        os.replace(tmp, target)
+    except OSError as e:
+        cfg.cache_error = f"configuration cache {cache_dir}: {e.strerror or e}"
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _prune(cache_dir: str, max_age: float = 7 * 86400) -> None:
+    """Drop entries of configuration files not read for a week (only on a cache miss)."""
+    import time
+    now = time.time()
+    for name in os.listdir(cache_dir):
+        if name.startswith("config") and name.endswith(".json"):
+            full = os.path.join(cache_dir, name)
+            try:
+                if now - os.stat(full).st_atime > max_age and now - os.stat(full).st_mtime > max_age:
+                    os.unlink(full)
+            except OSError:
+                pass
+
+
+def _from_dict(cls, data: dict):
+    """Rebuild a validated configuration from its asdict() form (the cache)."""
+    values = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        v, kind = data[f.name], f.metadata.get("kind")
+        if kind == "section":
+            v = _from_dict(f.metadata["cls"], v)
+        elif kind == "list":
+            v = [_from_dict(f.metadata["item"], item) for item in v]
+        elif kind == "map" and f.metadata.get("key_kind") == "int":
+            v = {int(k): x for k, x in v.items()}   # JSON turned the keys into strings
+        values[f.name] = v
+    return cls(**values)
+
+
+def _this_node_hint() -> str:
+    """What decides which node_groups apply, short of the file's own node_name."""
+    return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".", 1)[0]
+
+
+def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mount_kind=None) -> Config:
+    """Parse and validate; `node` (default: $SLURMD_NODENAME, else the file's node_name,
+    else the short hostname) picks the node_groups that apply."""
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        root = yaml.compose(text, Loader=loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else path
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError([f"{where}: not valid YAML: {problem}"]) from None
+    v = _Validator(path, yaml, mount_kind=mount_kind)
+    if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
+        return Config()
+    groups = v.node_groups(_pop_key(root, "node_groups", yaml))
+    cfg = v.section(root, Config, "")
+    problems = list(v.problems)
+    # Each group is checked merged over the base, whichever node reads the file: a
+    # mistake in the group of other nodes is still a mistake.
+    for _hosts, settings, _text, i in groups:
+        vg = _Validator(path, yaml, group=i, mount_kind=mount_kind)
+        vg.section(_merge_nodes(root, settings, yaml), Config, "")
+        problems += [p for p in vg.problems if p not in problems]
+    if problems:
+        raise ConfigError(problems)
+    if cfg is None:
+        return Config()
+    name = node or os.environ.get("SLURMD_NODENAME") or cfg.node_name or os.uname().nodename.split(".", 1)[0]
+    applied = [i for i, g in enumerate(groups) if name in g[0]]
+    if applied:
+        merged = root
+        for i in applied:
+            merged = _merge_nodes(merged, groups[i][1], yaml)
+        cfg = _Validator(path, yaml, mount_kind=mount_kind).section(merged, Config, "")
+    cfg.node_groups = [groups[i][2] for i in applied] if applied else []
+    return cfg
+
+
+def _pop_key(mapping, key: str, yaml):
+    """Take `key` out of a mapping node: (key node, value node) or None."""
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    for i, (k, val) in enumerate(mapping.value):
+        if getattr(k, "value", None) == key:
+            del mapping.value[i]
+            return k, val
+    return None
+
+
+def _merge_nodes(base, over, yaml):
+    """`over` laid on `base`: mappings merge key by key, anything else is replaced."""
+    if not (isinstance(base, yaml.MappingNode) and isinstance(over, yaml.MappingNode)):
+        return over
+    out = list(base.value)
+    for k, val in over.value:
+        at = next((i for i, (bk, _) in enumerate(out) if getattr(bk, "value", None) == k.value), None)
+        if at is None:
+            out.append((k, val))
+        else:
+            out[at] = (out[at][0], _merge_nodes(out[at][1], val, yaml))
+    return yaml.MappingNode(base.tag, out, base.start_mark, base.end_mark, flow_style=base.flow_style)
+
+
+_TRUE = {"true", "yes", "on"}
+_FALSE = {"false", "no", "off"}
+
+
+class _Validator:
+    def __init__(self, path: str, yaml, group: int | None = None, mount_kind=None):
+        self.mount_kind = mount_kind
+        self.path = path
+        self.yaml = yaml
+        self.group = group          # checking node_groups[group] laid over the base
+        self.problems: list[str] = []
+
+    def fail(self, node, key: str, msg: str) -> None:
+        if self.group is not None:
+            key = f"node_groups[{self.group}].settings.{key}" if key else f"node_groups[{self.group}].settings"
+        self.problems.append(f"{self.path}:{node.start_mark.line + 1}: {key or '(top level)'}: {msg}")
+
+    def node_groups(self, item) -> list:
+        """[(set of host names, settings mapping node, hostlist text, index)] of valid groups."""
+        from .hostlist import HostlistError, expand
+        if item is None:
+            return []
+        yaml, (_, node) = self.yaml, item
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null"):
+            return []
+        if not isinstance(node, yaml.SequenceNode):
+            self.fail(node, "node_groups", f"must be a list of {{nodes: HOSTLIST, settings: {{...}}}}, "
+                      f"got {_describe(node, yaml)}")
+            return []
+        out = []
+        for i, g in enumerate(node.value):
+            key = f"node_groups[{i}]"
+            if not isinstance(g, yaml.MappingNode):
+                self.fail(g, key, f"must be a mapping with nodes and settings, got {_describe(g, yaml)}")
+                continue
+            parts = {}
+            for k, val in g.value:
+                if k.value not in ("nodes", "settings"):
+                    self.fail(k, f"{key}.{k.value}", "unknown setting; known: nodes, settings")
+                else:
+                    parts[k.value] = (k, val)
+            if "nodes" not in parts or "settings" not in parts:
+                missing = " and ".join(x for x in ("nodes", "settings") if x not in parts)
+                self.fail(g, key, f"needs {missing}")
+                continue
+            nk, nv = parts["nodes"]
+            if not isinstance(nv, yaml.ScalarNode) or not nv.value.strip():
+                self.fail(nv, f"{key}.nodes", f"must be a Slurm hostlist such as gpu[001-128], got {_describe(nv, yaml)}")
+                continue
+            try:
+                hosts = set(expand(nv.value))
+            except HostlistError as e:
+                self.fail(nv, f"{key}.nodes", f"not a valid hostlist {nv.value!r}: {e}")
+                continue
+            sk, sv = parts["settings"]
+            if not isinstance(sv, yaml.MappingNode):
+                self.fail(sv, f"{key}.settings", f"must be a mapping of settings, got {_describe(sv, yaml)}")
+                continue
+            bad = [k for k, _ in sv.value if getattr(k, "value", None) in ("node_name", "node_groups")]
+            for k in bad:
+                self.fail(k, f"{key}.settings.{k.value}", "cannot be set per node group")
+            if bad:
+                continue
+            out.append((hosts, sv, nv.value, i))
+        return out
+
+    def section(self, node, cls, prefix: str):
+        yaml = self.yaml
+        if not isinstance(node, yaml.MappingNode):
+            self.fail(node, prefix, f"must be a mapping of settings, got {_describe(node, yaml)}")
+            return cls() if _constructible(cls) else None
+        specs = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+        values, given = {}, set()
+        for knode, vnode in node.value:
+            key = knode.value
+            dotted = f"{prefix}.{key}" if prefix else str(key)
+            spec = specs.get(key)
+            if spec is None:
+                close = _close_match(str(key), specs)
+                hint = f" (did you mean {close}?)" if close else ""
+                self.fail(knode, dotted, f"unknown setting{hint}; known: {', '.join(sorted(specs))}")
+                continue
+            if key in given:
+                self.fail(knode, dotted, "given twice")
+                continue
+            given.add(key)
+            ok, value = self.value(vnode, spec.metadata, dotted)
+            if ok:
+                values[key] = value
+        missing = [name for name, f in specs.items()
+                   if f.default is MISSING and f.default_factory is MISSING and name not in given]
+        for name in missing:
+            self.fail(node, f"{prefix}.{name}" if prefix else name, "required setting is missing")
+        if missing or len(values) != len(given):
+            return None
+        obj = cls(**values)
+        check = getattr(self, "check_" + cls.__name__, None)
+        if check:
+            check(obj, node, prefix)
+        return obj
+
+    def value(self, node, meta, key):
+        yaml, kind = self.yaml, meta["kind"]
+        if isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null") and not node.style:
+            if meta.get("nullable"):
+                return True, None
+            if kind == "list":
+                return True, []
+            self.fail(node, key, "must have a value, got nothing (null)")
+            return False, None
+        if kind == "section":
+            obj = self.section(node, meta["cls"], key)
+            return obj is not None, obj
+        if kind == "list":
+            if not isinstance(node, yaml.SequenceNode):
+                self.fail(node, key, f"must be a list, got {_describe(node, yaml)}")
+                return False, None
+            items: list = []
+            seen: dict = {}
+            unique = meta.get("unique")
+            for i, item in enumerate(node.value):
+                obj = self.section(item, meta["item"], f"{key}[{i}]")
+                if obj is None:
+                    continue
+                if unique:
+                    v = getattr(obj, unique)
+                    if v in seen:
+                        self.fail(_child(item, unique), f"{key}[{i}].{unique}",
+                                  f"{v} is already given in {key}[{seen[v]}]")
+                        continue
+                    seen[v] = i
+                items.append(obj)
+            return True, items
+        if kind == "strlist":
+            if not isinstance(node, yaml.SequenceNode):
+                self.fail(node, key, f"must be a list of strings, got {_describe(node, yaml)}")
+                return False, None
+            item_meta = {"kind": "enum", "choices": meta["choices"]} if meta.get("choices") else {"kind": "str"}
+            out = []
+            for i, item in enumerate(node.value):
+                ok, v = self.value(item, item_meta, f"{key}[{i}]")
+                if ok:
+                    out.append(v)
+            return True, out
+        if kind == "map":
+            if not isinstance(node, yaml.MappingNode):
+                self.fail(node, key, f"must be a mapping, got {_describe(node, yaml)}")
+                return False, None
+            mapping: dict = {}
+            for knode, vnode in node.value:
+                ok_k, k = self.scalar(knode, {"kind": meta["key_kind"]}, f"{key} key")
+                ok_v, v = self.value(vnode, meta["value"], f"{key}.{knode.value}")
+                if ok_k and ok_v:
+                    mapping[k] = v
+            return True, mapping
+        if not isinstance(node, yaml.ScalarNode):
+            self.fail(node, key, f"must be a single value, got {_describe(node, yaml)}")
+            return False, None
+        return self.scalar(node, meta, key)
+
+    def scalar(self, node, meta, key):
+        kind, raw = meta["kind"], node.value
+        quoted = node.style in ("'", '"')
+        if kind in ("str", "path", "enum"):
+            if kind == "path" and not raw.startswith("/"):
+                self.fail(node, key, f"must be an absolute path, got {raw!r}")
+                return False, None
+            if kind == "enum" and raw not in meta["choices"]:
+                self.fail(node, key, f"must be one of {', '.join(meta['choices'])}, got {raw!r}")
+                return False, None
+            if "\x00" in raw or "\n" in raw:
+                self.fail(node, key, "must be a single line")
+                return False, None
+            return True, raw
+        if kind == "bool":
+            low = raw.lower()
+            if not quoted and low in _TRUE:
+                return True, True
+            if not quoted and low in _FALSE:
+                return True, False
+            self.fail(node, key, f"must be true or false, got {raw!r}")
+            return False, None
+        if kind in ("int", "seconds", "number"):
+            try:
+                if quoted:
+                    raise ValueError
+                num = int(raw, 0) if kind == "int" else float(raw)
+            except ValueError:
+                want = "a whole number" if kind == "int" else "a number"
+                if kind == "seconds":
+                    want += " of seconds"
+                self.fail(node, key, f"must be {want}, got {raw!r}")
+                return False, None
+            if num != num or num in (float("inf"), float("-inf")):
+                self.fail(node, key, f"must be a finite number, got {raw!r}")
+                return False, None
+            if kind == "seconds" and num <= 0:
+                self.fail(node, key, f"must be > 0 seconds, got {raw}")
+                return False, None
+            lo, hi = meta.get("min"), meta.get("max")
+            if lo is not None and num < lo:
+                self.fail(node, key, f"must be >= {lo}, got {raw}")
+                return False, None
+            if hi is not None and num > hi:
+                self.fail(node, key, f"must be <= {hi}, got {raw}")
+                return False, None
+            return True, num
+        raise AssertionError(f"unknown setting kind {kind}")
+
+    # --- checks that span several settings -------------------------------------------
+    def check_Config(self, cfg: Config, node, prefix: str) -> None:
+        if not cfg.reason_prefix.strip():
+            self.fail(_child(node, "reason_prefix"), "reason_prefix", "must not be empty: it is how "
+                      "slurm-hooks tells its own drains from an admin's")
+
+    def check_BesideConfig(self, b: BesideConfig, node, prefix: str) -> None:
+        if b.command and not b.command[0].startswith("/"):
+            self.fail(_child(node, "command"), f"{prefix}.command",
+                      f"the program must be an absolute path (HealthCheckProgram has no PATH), got {b.command[0]!r}")
+
+    def check_FabricConfig(self, fab: FabricConfig, node, prefix: str) -> None:
+        for i, port in enumerate(fab.ports):
+            dev, _, num = port.partition("/")
+            if not dev or "/" in num or not num.isdigit() or dev in (".", ".."):
+                self.fail(_item(_child_value(node, "ports"), i), f"{prefix}.ports[{i}]",
+                          f"must be DEVICE/PORT as in /sys/class/infiniband (mlx5_0/1), got {port!r}")
+        for name in fab.error_warn:
+            if name not in FABRIC_ERROR_WARN:
+                self.fail(_child(_child_value(node, "error_warn"), name), f"{prefix}.error_warn.{name}",
+                          f"not an error counter; known: {', '.join(sorted(FABRIC_ERROR_WARN))}")
+        # Counters not named keep their default threshold.
+        fab.error_warn = {**FABRIC_ERROR_WARN, **fab.error_warn}
+
+    def check_FilesystemConfig(self, fs: FilesystemConfig, node, prefix: str) -> None:
+        if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:
+            self.fail(_child(node, "warn_after"), f"{prefix}.warn_after",
+                      f"must be below timeout ({fs.timeout:g}s), got {fs.warn_after:g}")
+        r = fs.recover
+        where = _child(_child_value(node, "recover"), "method")
+        if r.method == "command" and not r.command:
+            self.fail(where, f"{prefix}.recover.command", "method command needs the command (an argv list)")
+        for key, argv in (("command", r.command), ("remount", r.remount)):
+            if argv and not argv[0].startswith("/"):
+                self.fail(_child(_child_value(node, "recover"), key), f"{prefix}.recover.{key}",
+                          f"the program must be an absolute path (HealthCheckProgram has no PATH), got {argv[0]!r}")
+        if r.method in ("fuse-abort", "nfs-force-unmount"):
+            kind = fs.fstype or (self.mount_kind(fs.mountpoint or fs.path) if self.mount_kind else None)
+            want = "fuse" if r.method == "fuse-abort" else "nfs"
+            if kind is not None and not kind.startswith(want):
+                self.fail(where, f"{prefix}.recover.method",
+                          f"{r.method} needs a{' FUSE' if want == 'fuse' else 'n NFS'} mount, but {fs.path} "
+                          f"is on {kind}")
+
+
+def _child(node, key):
+    for k, v in getattr(node, "value", ()):
+        if getattr(k, "value", None) == key:
+            return k
+    return node
+
+
+def _child_value(node, key):
+    """The value node of `key` in a mapping node (the mapping itself when absent)."""
+    for k, v in getattr(node, "value", ()):
+        if getattr(k, "value", None) == key:
+            return v
+    return node
+
+
+def _item(node, i):
+    items = getattr(node, "value", None)
+    return items[i] if isinstance(items, list) and i < len(items) and hasattr(items[i], "start_mark") else node
+
+
+def _constructible(cls) -> bool:
+    return all(f.default is not MISSING or f.default_factory is not MISSING for f in fields(cls))
+
+
+def _describe(node, yaml) -> str:
+    if isinstance(node, yaml.MappingNode):
+        return "a mapping"
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return repr(node.value)
+
+
+def _close_match(key: str, known) -> str | None:
+    from difflib import get_close_matches
+    m = get_close_matches(key, list(known), n=1, cutoff=0.75)
+    return m[0] if m else None
+
+
+# --- effective values ------------------------------------------------------------------
+def fs_timeout(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.timeout if fs.timeout is not None else cfg.filesystem_defaults.timeout
+
+
+def fs_warn_after(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.warn_after if fs.warn_after is not None else cfg.filesystem_defaults.warn_after
+
+
+def fs_payload(cfg: Config, fs: FilesystemConfig) -> int:
+    return fs.payload_bytes if fs.payload_bytes is not None else cfg.filesystem_defaults.payload_bytes
+
+
+def iter_settings(cls=Config, prefix=""):
+    """(dotted key, field) for every setting, for documentation and its test."""
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        key = f"{prefix}.{f.name}" if prefix else f.name
+        yield key, f
+        if f.metadata.get("kind") == "section":
+            yield from iter_settings(f.metadata["cls"], key)
+        elif f.metadata.get("kind") == "list":
+            yield from iter_settings(f.metadata["item"], key + "[]")
+
+
+def node_name(cfg: Config) -> str:
+    """$SLURMD_NODENAME (set by slurmd for every hook), else the configured name, else
+    the short hostname. An explicit setting beats the hostname: an admin who wrote it
+    knows the Slurm name better than a guess does."""
+    return (os.environ.get("SLURMD_NODENAME") or cfg.node_name
+            or os.uname().nodename.split(".", 1)[0])

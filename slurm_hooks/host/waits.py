@@ -1,0 +1,298 @@
+"""Where a stuck task waits, and whose that place is, proven by the kernel's own ids.
+
+A task in D is the node's fault only when the place it waits on is proven to be the
+node's. A path string proves nothing: a user makes /tmp/link lead into their own
+stalled FUSE mount, passes an absolute path with a dirfd of /tmp, lazily unmounts
+their mount after opening a file on it, or faults on a mapping of their own file. So
+the place is found by ids the kernel gives:
+
+- a descriptor: its mount is fdinfo's `mnt_id`, looked up in the task's mountinfo
+  read whole (procfs.read_whole);
+- a path argument: a deadline child resolves it from the task's own root, cwd or
+  dirfd (/proc/PID/root, cwd, fd/N lead into the task's mount namespace), one
+  component at a time, each symlink followed by hand from the task's root. Before each
+  lookup the child reports the mount id of the directory it looks in, so a walk that
+  hangs still names the mount it hung on;
+- a page fault: the devices of the task's file mappings (the memory reader child reads
+  /proc/PID/maps), of the filesystem the kernel stack names;
+- the kernel stack and wchan: the filesystem family or the GPU driver. No user can
+  mount NFS, Lustre, GPFS, BeeGFS, CIFS or Ceph, so their symbols alone are the node's;
+  FUSE symbols say nothing of whose FUSE.
+
+A mount is the node's when its superblock (device number) is mounted in the checker's
+own mount namespace, and not as a user's FUSE mount nor below one. A FUSE mount named
+must also have requests waiting on its connection, where fusectl tells
+(/sys/fs/fuse/connections/MINOR/waiting). Everything else - a mount only in another
+namespace, a detached mount, a place no id names, a stack that names a filesystem the
+named mount is not, a wait on a lock another task holds - is not proven, and a task
+waiting there is its job's problem: never a drain, never a reboot.
+"""
+from __future__ import annotations
+
+import os
+
+from ..core.records import dataclass, field
+from . import procfs
+from .mounts import Mount, MountTable
+
+# Prefixes of kernel symbols, per family. GPU first: the NVIDIA driver's waits are
+# built on the kernel's semaphores and would otherwise read as a lock.
+FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("gpu", ("nvidia", "nv_", "_nv0", "uvm_", "os_acquire_", "nvkms", "rm_")),
+    ("nfs", ("nfs", "rpc_", "__rpc_", "xprt_")),
+    ("lustre", ("ll_", "ptlrpc", "ldlm", "osc_", "mdc_", "lov_", "lmv_", "lnet")),
+    ("gpfs", ("mmfs", "gpfs", "cxi")),
+    ("beegfs", ("beegfs", "fhgfs")),
+    ("cifs", ("cifs", "smb2_", "smb3_")),
+    ("ceph", ("ceph",)),
+    ("fuse", ("fuse_", "request_wait_answer")),
+    ("local", ("ext4_", "jbd2", "xfs_", "btrfs_", "blk_", "bio_", "submit_bio", "nvme_", "scsi_",
+               "dm_", "md_", "raid")),
+)
+# Filesystems no unprivileged user can mount, even in a user namespace of their own.
+NODE_ONLY = frozenset({"nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph"})
+FSTYPE_FAMILY = {"nfs": "nfs", "nfs4": "nfs", "lustre": "lustre", "gpfs": "gpfs", "beegfs": "beegfs",
+                 "cifs": "cifs", "smb3": "cifs", "ceph": "ceph"}
+LOCAL_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "vfat", "zfs", "jfs", "reiserfs"})
+# A thread queued on a lock: the holder is the one waiting on something, and is
+# diagnosed for itself.
+LOCK_WAITS = ("rwsem_down_", "down_read", "down_write", "__mutex_lock", "mutex_lock", "percpu_down_",
+              "__down", "down")
+# Scheduler frames above the one that says why a thread sleeps.
+SCHED_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled",
+                "io_schedule", "__switch_to", "__switch_to_asm", "preempt_schedule_common")
+FUSECTL = "/sys/fs/fuse/connections"
+SYMLINK_MAX = 40
+_PATH = getattr(os, "O_PATH", 0o10000000) | os.O_CLOEXEC
+
+NODE_CAUSES = frozenset({"shared_filesystem", "local_filesystem", "gpu_driver"})
+CAUSE_LABEL = {"shared_filesystem": "shared filesystem", "local_filesystem": "the node's local filesystem",
+               "gpu_driver": "GPU driver", "user_mount": "the user's own mount",
+               "unproven": "a place not proven to be the node's", "lock": "a lock another task holds",
+               "other": "nothing of the node's (no filesystem or device)"}
+
+
+@dataclass
+class Place:
+    """The verdict: what the task waits on and why that is (or is not) the node's."""
+    cause: str = "other"
+    mount: Mount | None = None
+    owner_uid: int | None = None        # the user whose mount it is
+    how: list[str] = field(default_factory=list)   # the evidence, in words
+
+    @property
+    def node_fault(self) -> bool:
+        return self.cause in NODE_CAUSES
+
+
+def families(symbols: list[str]) -> set[str]:
+    out = set()
+    for sym in symbols:
+        s = sym.lower()
+        for fam, prefixes in FAMILIES:
+            if s.startswith(prefixes):
+                out.add(fam)
+                break
+    return out
+
+
+def lock_wait(symbols: list[str]) -> bool:
+    """The first frame below the scheduler is a lock's slow path."""
+    for sym in symbols:
+        if sym in SCHED_FRAMES or sym.startswith("schedule"):
+            continue
+        return sym.startswith(LOCK_WAITS)
+    return False
+
+
+def fstype_family(m: Mount) -> str:
+    if m.is_fuse:
+        return "fuse"
+    if m.fstype in LOCAL_FSTYPES:
+        return "local"
+    return FSTYPE_FAMILY.get(m.fstype.split(".", 1)[0], "")
+
+
+def owner(m: Mount, task_table: MountTable, host: MountTable, uid: int) -> tuple[str, int | None]:
+    """("node" | "user", uid of the user): whose a mount of the task's mount table is.
+
+    The node's only when its superblock is mounted in our own namespace, not as a
+    user's FUSE mount nor below one: a mount only in another namespace (a user's in a
+    user namespace of their own, where their FUSE mounts read user_id=0) is theirs."""
+    theirs = task_table.user_owner(m)
+    if theirs is not None:
+        return "user", theirs
+    same = host.with_dev(m.dev) if m.dev else []
+    if not same:
+        return "user", uid
+    if all(host.user_owner(h) is not None for h in same):
+        return "user", next(host.user_owner(h) for h in same)
+    return "node", None
+
+
+def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
+    """Requests waiting on a FUSE mount's connection (fusectl; its directory is named
+    for the device minor). None where fusectl is not mounted."""
+    try:
+        minor = int(m.dev.split(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+    data = procfs.read_small(f"{fusectl}/{minor}/waiting", size=64)
+    try:
+        return None if data is None else int(data)
+    except ValueError:
+        return None
+
+
+def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], task_table: MountTable,
+              host: MountTable, uid: int, fusectl: str = FUSECTL) -> Place:
+    """The verdict from the stack's symbols and the mounts the task's own ids named
+    ((mount or None where the id named no mount of the task's table, how it was found))."""
+    place = Place()
+    fams = families(symbols)
+    found = [m for m, _ in candidates if m is not None]
+    place.how = [how for _, how in candidates]
+    place.mount = found[0] if found else None
+    if "gpu" in fams:
+        place.cause = "gpu_driver"
+        place.how.append("the kernel stack is in the GPU driver")
+        return place
+    node_only = fams & NODE_ONLY
+    if node_only:
+        place.cause = "shared_filesystem"
+        place.how.append(f"the kernel stack is in {'/'.join(sorted(node_only))}, which no user can mount")
+        place.mount = next((m for m in found if fstype_family(m) in node_only), place.mount)
+        return place
+    if lock_wait(symbols):
+        place.cause = "lock"
+        place.how.append("queued on a lock: the task holding it is the one waiting")
+        return place
+    if not candidates:
+        place.cause = "unproven" if fams else "other"
+        if fams:
+            place.how.append(f"the kernel stack is in {'/'.join(sorted(fams))}, but no id names the mount")
+        return place
+    if len(found) < len(candidates):
+        place.cause = "unproven"
+        place.how.append("a mount the task's ids name is not in its mount table (detached?)")
+        return place
+    for m in found:
+        who, who_uid = owner(m, task_table, host, uid)
+        if who == "user":
+            place.cause, place.mount, place.owner_uid = "user_mount", m, who_uid
+            return place
+    kinds = {fstype_family(m) for m in found}
+    wanted = fams & {"fuse", "local"}
+    if wanted and not wanted <= kinds:
+        # The kernel waits in FUSE (or a local filesystem) and the mount the ids name is none.
+        place.cause = "unproven"
+        place.how.append(f"the kernel stack is in {'/'.join(sorted(wanted))}, the named mount is not")
+        return place
+    fuse = [m for m in found if m.is_fuse]
+    for m in fuse:
+        waiting = fuse_waiting(m, fusectl)
+        if waiting == 0:
+            place.cause = "unproven"
+            place.how.append(f"no request waits on the FUSE connection of {m.mountpoint} (fusectl)")
+            return place
+    if any(m.is_network for m in found):
+        place.cause = "shared_filesystem"
+    elif kinds == {"local"} and "local" in fams:
+        place.cause = "local_filesystem"
+    else:
+        # A local filesystem whose code the stack does not show, or a pseudo filesystem
+        # (pipes, sockets, /proc, devices): nothing shows the node's storage waits.
+        place.cause = "unproven" if kinds & {"local"} else "other"
+    return place
+
+
+# --- the path walk, in a hang-safe child ------------------------------------------------
+def _mnt_of(fd: int) -> int | None:
+    return procfs.mnt_id(os.getpid(), fd, "/proc")
+
+
+def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = ()) -> dict:
+    """Runs in a hang-safe child: resolves `path` as the task would, from its root (an
+    absolute path) or from `start` ("cwd" or "fd/N"), and returns the mount id of what
+    it reaches ({"mnt_id", "end": found | missing | loop | error}).
+
+    O_PATH opens only look names up: nothing is read or opened for real. Before each
+    lookup the child reports `mnt N` for the directory it looks in: if the lookup never
+    returns, the runner's last step names the mount that does not answer. A directory
+    on a mount in `stop` (the user's own) ends the walk there: the place is found, and
+    nothing of theirs is looked into."""
+    stops = set(stop)
+    root = os.open(f"{proc}/{pid}/root", _PATH | os.O_DIRECTORY)
+    cur = os.dup(root) if path.startswith("/") else os.open(f"{proc}/{pid}/{start}", _PATH)
+    parts = path.split("/")
+    parts.reverse()
+    above: list[int] = []
+    links = 0
+    while parts:
+        name = parts.pop()
+        if name in ("", "."):
+            continue
+        here = _mnt_of(cur)
+        if here in stops:
+            return {"mnt_id": here, "end": "user mount"}
+        progress(f"mnt {here}")
+        if name == ".." and above:
+            os.close(cur)
+            cur = above.pop()
+            continue
+        try:
+            nxt = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=cur)
+        except FileNotFoundError:
+            return {"mnt_id": _mnt_of(cur), "end": "missing"}
+        except OSError as e:
+            return {"mnt_id": _mnt_of(cur), "end": "error", "error": e.strerror or str(e)}
+        try:
+            target = os.readlink("", dir_fd=nxt)
+        except OSError:
+            target = None
+        if target is None:
+            above.append(cur)
+            cur = nxt
+            continue
+        os.close(nxt)
+        links += 1
+        if links > SYMLINK_MAX:
+            return {"mnt_id": _mnt_of(cur), "end": "loop"}
+        rest = target.split("/")
+        rest.reverse()
+        parts.extend(rest)
+        if target.startswith("/"):
+            for fd in above:
+                os.close(fd)
+            above = []
+            os.close(cur)
+            cur = os.dup(root)
+    return {"mnt_id": _mnt_of(cur), "end": "found"}
+
+
+def hung_at(step: str) -> int | None:
+    """The mount id a walk that never returned was looking in (its last step)."""
+    if step.startswith("mnt "):
+        try:
+            return int(step[4:])
+        except ValueError:
+            return None
+    return None
+
+
+def mapping_devs(maps: bytes) -> list[str]:
+    """Device numbers (major:minor, as mountinfo writes them) of a process's file
+    mappings, from /proc/PID/maps (hex there)."""
+    out: list[str] = []
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 5 or parts[4] == b"0":
+            continue
+        major, _, minor = parts[3].partition(b":")
+        try:
+            dev = f"{int(major, 16)}:{int(minor, 16)}"
+        except ValueError:
+            continue
+        if dev not in out:
+            out.append(dev)
+    return out

@@ -1,0 +1,154 @@
+"""The prolog and the epilog, as Slurm runs them.
+
+Prolog (`slurm-hooks-prolog`): fast checks before the job starts: the filesystems (with
+the hook's short deadline) and the GPUs allocated to the job, free of leftovers. On a
+failure it exits non-zero: that is Slurm's own contract, and Slurm drains the node
+("Prolog error") and requeues a batch job (held, unless SchedulerParameters has
+nohold_on_prolog_fail) or cancels an srun/salloc or --no-requeue job. The precise
+reason is recorded locally at once. Slurm's guide says a prolog or epilog should not
+call Slurm commands, so nothing polls: a detached helper asks Slurm once, after a
+back-off (`reason_delay`), about this one node and replaces the generic reason; if
+Slurm had not drained it by then, the next health check does it.
+
+Epilog (`slurm-hooks-epilog`): after the job: its processes still alive (stuck in D),
+GPU memory still held with no process, the filesystems. A sick node is drained at once,
+before the epilog returns, so the next job cannot land there; if slurmctld does not
+answer, the epilog exits non-zero so that Slurm drains the node itself ("Epilog
+error"), and the helper and the next health check put the precise reason in place.
+The epilog never reads the whole node list: the drain-storm breaker is honoured from
+the health checks' latest view. Slurm runs no epilog while a step of the job cannot be
+killed; the health check is what names that task (over Slurm's "Kill task failed").
+
+With `actions.report_only`, neither hook ever exits non-zero: a failing prolog would
+make Slurm drain the node and requeue the job, which is an action.
+
+Configuration errors never fail a job: a prolog or epilog that cannot read its
+configuration runs no check, says so (stderr, which slurmd logs, and the journal) and
+exits 0. A broken file pushed to every node must not drain the whole cluster.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..core.config import node_name
+from ..core.model import FAIL, UNHEALTHY, JobInfo, RunRecord
+from ..core.reason import GENERIC_FOR
+from ..core.state import state_dir
+from . import engine
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from ..core.config import Config
+
+GENERIC = GENERIC_FOR
+
+
+def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
+    """The prolog or epilog. Our own local failure (state, journal, lock, metrics,
+    configuration cache: core/errors.py) never fails the job: reported, then exit 0."""
+    from ..core.errors import LocalError
+    from ..sinks.record import report_local
+    try:
+        return _run_hook(cfg, hook, dry_run, as_json)
+    except (LocalError, OSError) as e:
+        report_local(cfg, hook, [f"{e}; no job held up"])
+        return 0
+
+
+def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
+    from ..core.lock import Busy
+    from ..sinks import record as sinks
+    from ..sinks import report
+    hook_cfg = getattr(cfg, hook)
+    if not hook_cfg.enabled:
+        return 0
+    node = node_name(cfg)
+    job = JobInfo.from_env(os.environ)
+    try:
+        record = engine.run_locked(cfg, hook, hook_cfg.lock_timeout, act=True,
+                                   dry_run=dry_run, job=job, fs_timeout=hook_cfg.fs_timeout)
+    except Busy as e:
+        print(f"slurm-hooks {hook}: {e}; not checking this time", file=sys.stderr)
+        return 0
+    failed = record.status == UNHEALTHY
+    if failed or record.actions:
+        # Not on the healthy path: the enumerations cost milliseconds to build.
+        from ..core.outcomes import Code, Outcome
+    drain = next((r for r in record.actions if r.action.kind == "drain"), None)
+    if failed and cfg.actions.report_only:
+        failed = False      # report only: no exit status that makes Slurm act
+    if failed and drain is not None and drain.outcome == Outcome.HELD:
+        failed = False      # the drain-storm breaker: report loudly, fail no job
+    if failed and drain is not None and not dry_run:
+        _after_failure(cfg, hook, node, job, record, drain)
+    sinks.record_run(cfg, record)
+    print(report.render_json(record) if as_json else report.render(record))
+    if not failed:
+        return 0
+    if hook == "epilog" and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
+            and drain.code != Code.FOREIGN_DRAIN:
+        return 0           # drained with the precise reason already: no generic one on top
+    return 1
+
+
+def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, drain) -> None:
+    """Keep the precise reason locally, and have it replace Slurm's generic one."""
+    from ..core.outcomes import Outcome
+    from ..core.state import StateStore
+    from ..host.runner import spawn_detached
+    state = StateStore(state_dir(cfg, node))
+    reason = drain.action.reason
+    failing = [f for f in record.findings if f.severity == FAIL]
+    state.save("hook-failure", {"hook": hook, "reason": reason, "at": time.time(),
+                                "job": job.id if job else None, "replaces": GENERIC[hook]})
+    state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
+                         "passes": 0, "at": time.time()})
+    record.local_errors += state.errors
+    if hook == "prolog" or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
+        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
+
+
+def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float) -> None:
+    """In a detached helper: after a back-off, ask Slurm once about this node and put
+    the precise reason in place of its generic one. No polling, no node list (Slurm's
+    prolog/epilog guide). If Slurm has not drained the node by then, the next health
+    check replaces the reason when it has (the hook-failure record stays)."""
+    from ..act.actions import execute
+    from ..core.model import Action
+    from ..core.outcomes import Code, Outcome
+    from ..core.state import StateStore
+    from ..slurm.connect import open_backend
+    time.sleep(delay)
+    slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
+    action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
+    [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
+    if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:
+        state = StateStore(state_dir(cfg, node))
+        try:
+            os.unlink(state.path("hook-failure"))
+        except OSError:
+            pass
+
+
+def config_error(hook: str, error, path: str | None = None) -> int:
+    """A hook that cannot read its configuration checks nothing and fails nothing: said
+    on stderr (slurmd logs it), in syslog and in the default journal. Exit status 0 for
+    the prolog and epilog (no job held up); the health check's caller returns 2."""
+    from ..core.config import Config, journal_of
+    from ..sinks import journal
+    from ..sinks.record import report_local
+    from ..sinks.syslog import ERR, send
+    consequence = ("no checks run, nothing drained or resumed" if hook == "healthcheck"
+                   else "no checks run, the job is not held up")
+    print(f"slurm-hooks {hook}: configuration error, {consequence}:\n{error}", file=sys.stderr)
+    defaults = Config()
+    send([(ERR, f"{hook}: configuration error, {consequence}: {error}")], defaults.syslog_socket,
+         defaults.syslog_facility)
+    err = journal.append(journal_of(path), {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hook": hook,
+                                            "node": os.environ.get("SLURMD_NODENAME"),
+                                            "status": "config_error", "error": str(error)})
+    if err:
+        report_local(defaults, hook, [err])
+    return 0

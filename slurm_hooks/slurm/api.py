@@ -1,0 +1,178 @@
+"""The Slurm seam: what slurm-hooks asks of Slurm (`SlurmBackend`), the errors every
+backend raises, and the rules for reading a node record that every layer shares.
+
+Every implementation (`scontrol.Slurm`, `pyslurm.PyslurmBackend`, `fake.FakeSlurm`)
+gives the same records and raises the same errors: `SlurmError` (Slurm said no),
+`SlurmUnavailable` (no slurmctld answered: the action is spooled), `SlurmNotConfigured`
+(no configuration at all), `OutOfTime` (the run's deadline for Slurm calls is spent).
+Decisions read these types and `code`s, never Slurm's words.
+"""
+from __future__ import annotations
+
+import re
+
+from ..core.records import dataclass
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class SlurmBackend(Protocol):
+        """What slurm-hooks asks of Slurm. Node and job records are dicts keyed the way
+        `scontrol -o show node|job` prints them (State, Reason with its [user@time] stamp,
+        Gres, JobId, ArrayJobId, ArrayTaskId, UserId, NodeList, JobState, Requeue,
+        BatchFlag, AdminComment, Restarts)."""
+
+        name: str
+        deadline: float | None      # monotonic time by which every call of the run must end
+        @property
+        def choice(self) -> Choice | None: ...  # which backend open_backend chose, and why
+
+        @property
+        def down(self) -> str | None: ...       # set once slurmctld failed to answer
+        @property
+        def env(self) -> dict: ...              # environment for Slurm programs (srun for `diagnose`)
+        @property
+        def scontrol(self) -> str | None: ...   # scontrol's path; srun and sinfo live beside it
+        @property
+        def where(self) -> str: ...             # where scontrol was looked for, for messages
+
+        def show_node(self, node: str) -> dict | None: ...
+        def node_state(self, node: str) -> dict | None: ...
+        def prime_node(self, info: dict) -> None: ...
+        def list_nodes(self) -> list[dict]: ...
+        def list_nodes_alone(self) -> list[dict]: ...   # the same, one RPC: no partitions (the breaker)
+        def show_job(self, job: str) -> dict | None: ...
+        def list_jobs(self) -> list[dict]: ...
+        def drain(self, node: str, reason: str) -> None: ...
+        def undrain(self, node: str) -> None: ...
+        def resume(self, node: str) -> None: ...
+        def set_down(self, node: str, reason: str) -> None: ...
+        def reboot(self, node: str, reason: str) -> None: ...
+        def set_admin_comment(self, job: str, text: str) -> None: ...
+        def requeue(self, job: str) -> None: ...
+        def cancel(self, job: str) -> None: ...
+        def listpids(self, node: str) -> dict: ...
+
+
+class SlurmError(Exception):
+    """A Slurm operation failed; str() is what scontrol said."""
+
+
+class SlurmUnavailable(SlurmError):
+    """No scontrol, or no slurmctld answering."""
+
+
+class SlurmNotConfigured(SlurmError):
+    """scontrol found no Slurm configuration (no slurm.conf, no configless source): no
+    controller was asked, so nothing refused; retrying the same call cannot help."""
+
+
+class OutOfTime(SlurmUnavailable):
+    """The run's time for Slurm calls is spent: not tried, to be tried by a later run."""
+
+
+# A call needs at least this long: scontrol itself takes a few tens of milliseconds,
+# and a call cut short by the deadline is a call wasted.
+MIN_CALL = 1.0
+# Messages of scontrol that mean "no slurmctld answered", not "slurmctld said no".
+UNREACHABLE = ("Unable to contact slurm controller", "Zero Bytes were transmitted",
+                "Socket timed out on send/recv")
+# What scontrol says when it has no configuration at all (before asking anyone).
+NO_CONFIG = ("Could not establish a configuration source",)
+
+
+def no_config_message(said: str) -> str:
+    """The real cause first, and what to set; scontrol's own words after."""
+    return ("no Slurm configuration found; set slurm.conf (slurm-hooks' `slurm: {conf: PATH}`, or "
+            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {said}")
+
+
+# Slurm's stamp: ` [USER@TIME]`, appended by scontrol (slurm_sprint_node_table) to the
+# first line of a node reason that has a time, which every reason set by an update or
+# a reboot request has. USER is a user name or a uid (no blank, bracket or @), TIME is
+# slurm_make_time_str's ISO form to the second: SLURM_TIME_FORMAT, which could change
+# it, is never in the environment of our Slurm calls (Slurm.env).
+_STAMP_BODY = r" \[([^\s\[\]@]+)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]"
+_STAMP = re.compile(_STAMP_BODY + r"$")
+STAMP_INSIDE = re.compile(_STAMP_BODY + r"(?= |$)")
+STAMP_FORMAT = "%Y-%m-%dT%H:%M:%S"
+
+
+def reason_stamp(reason: str) -> tuple[str, str, str] | None:
+    """(reason, user, time) of a node reason as scontrol shows it, ending in Slurm's
+    ` [user@2026-11-29T22:20:45]`; None when it does not end in one. The one place a
+    stamp is read: anchored at the end, an exact time, so text of ours before it (a
+    file name holding `[x@0000]`) is never taken for it."""
+    m = _STAMP.search(reason)
+    if m is None:
+        return None
+    return reason[:m.start()], m.group(1), m.group(2)
+
+
+def strip_reason_stamp(reason: str) -> str:
+    """Drop the ` [user@2026-11-29T22:20:45]` that scontrol appends to a node reason.
+    Only for a reason as Slurm shows it: one without a stamp (node_state's, sinfo's)
+    is already plain, and its end may be a user's text."""
+    found = reason_stamp(reason)
+    return reason if found is None else found[0]
+
+
+def stamp_time(reason: str) -> str:
+    """The time of Slurm's stamp on a node reason (`2026-11-29T22:20:45`), "" if none."""
+    found = reason_stamp(reason)
+    return "" if found is None else found[2]
+
+
+def node_flags(info: dict[str, str]) -> set[str]:
+    """`IDLE+DRAIN+REBOOT_REQUESTED` -> {"IDLE", "DRAIN", "REBOOT_REQUESTED"}."""
+    return {f for f in info.get("State", "").upper().replace("*", "").split("+") if f}
+
+
+def node_is_drained(info: dict[str, str]) -> bool:
+    # DRAIN, DRAINING, DRAINED and IDLE+DRAIN all mean "no new jobs here".
+    return "DRAIN" in info.get("State", "").upper()
+
+
+# States somebody other than a drain puts a node in. slurm-hooks leaves such a node
+# alone (report only) unless the state and the reason are its own doing: a drain on
+# top would overwrite the reason, and a resume would bring a DOWN node up or cancel
+# a pending reboot.
+FOREIGN_STATES = ("DOWN", "FAIL", "FAILING", "MAINT", "MAINTENANCE", "REBOOT_REQUESTED", "REBOOT_ISSUED",
+                  "POWER_DOWN", "POWERED_DOWN", "POWERING_DOWN", "POWERING_UP", "FUTURE", "INVAL")
+REBOOT_STATES = ("REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+# States whose reason says why the node is in them. Slurm 25.11 keeps the last reason
+# on a node after RESUME or UNDRAIN, and a maintenance reservation sets none: beside
+# any other state the reason may be a stale one, nobody's word about now.
+REASON_STATES = ("DRAIN", "DOWN", "FAIL", "FAILING", "REBOOT_REQUESTED", "REBOOT_ISSUED")
+
+
+def reason_is_current(info: dict[str, str]) -> bool:
+    flags = node_flags(info)
+    return any(s in flags for s in REASON_STATES) or node_is_drained(info)
+
+
+def foreign_states(info: dict[str, str]) -> list[str]:
+    flags = node_flags(info)
+    return [s for s in FOREIGN_STATES if s in flags]
+
+
+class BackendError(SlurmError):
+    """`slurm.backend: pyslurm` was asked for and cannot be used here."""
+
+
+@dataclass
+class Choice:
+    backend: str                # "scontrol" or "pyslurm"
+    why: str
+    error: str | None = None    # pyslurm forced but unusable: every call fails with this
+
+    def note(self) -> str:
+        return f"slurm backend: {self.backend} ({self.why})"
+
+
+def major_minor(version: str) -> str:
+    """'25.11.7' -> '25.11'."""
+    return ".".join(version.split(".")[:2])

@@ -1,0 +1,358 @@
+"""The pyslurm backend: libslurm through the pyslurm binding, with the scontrol backend's
+results and errors (see slurm/connect.py for the interface and the choice).
+
+Every call runs in a hang-safe child (host/runner.py) with the deadline a scontrol call
+would have: libslurm blocks on a dead slurmctld just as scontrol does, and a child that
+does not answer in time is killed and reported as Slurm being unreachable, so the
+action is spooled for the next run. The child imports pyslurm itself: `import pyslurm`
+initialises libslurm, which calls Slurm's `fatal()` and exits the process when no
+slurm.conf can be read, so this process never imports it, and such an exit comes back
+as a clear error instead of ending the health check.
+
+Records are shaped like `scontrol -o show` prints them (State `IDLE+DRAIN` from the
+same libslurm function scontrol uses, Reason with its `[user@time]` stamp), so the
+callers cannot tell the backends apart.
+
+Two operations have no libslurm call pyslurm binds, and scontrol itself uses Slurm's
+internal protocol for them, so they go through scontrol here too: `reboot`
+(REQUEST_REBOOT_NODES) and `listpids` (read from this host's slurmstepd sockets, not
+an RPC). The drain-storm breaker's node list is the scontrol backend's one-RPC read
+through libslurm (slurm/slurmlib.py): pyslurm's `Nodes.load()` (which `status` uses) always
+loads the partitions too, a second RPC on every failing run of every node. Two others
+use plain libslurm functions pyslurm does not expose, called with ctypes in the child:
+`requeue` needs the `Incomplete` flag (`slurm_requeue(id, JOB_RUNNING)`: a job that
+ended meanwhile stays ended) and `cancel` addresses an array element as `A_T`
+(`slurm_kill_job2`, what scancel calls).
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from .api import STAMP_FORMAT, UNREACHABLE, BackendError, Choice, OutOfTime, SlurmError, SlurmUnavailable, strip_reason_stamp
+
+JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running job ("Incomplete")
+SIGKILL = 9
+
+
+class PyslurmBackend:
+    name = "pyslurm"
+
+    def __init__(self, cfg, scontrol, choice: Choice):
+        self.cfg = cfg
+        self.timeout = cfg.timeout
+        self.choice = choice
+        self._scontrol = scontrol           # version, reboot, listpids, and where srun lives
+        self._primed: dict[str, dict] = {}
+        self._elements: dict[str, str] = {}  # "A_T" -> the element's own JobId, from show_job
+
+    # The run's deadline and "slurmctld is down" are shared with the scontrol calls.
+    @property
+    def deadline(self):
+        return self._scontrol.deadline
+
+    @deadline.setter
+    def deadline(self, value):
+        self._scontrol.deadline = value
+
+    @property
+    def down(self):
+        return self._scontrol.down
+
+    @property
+    def env(self):
+        return self._scontrol.env
+
+    @property
+    def scontrol(self):
+        return self._scontrol.scontrol
+
+    @property
+    def where(self):
+        return self._scontrol.where
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _call(self, op: str, *args):
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        if self._scontrol.down is not None:
+            raise SlurmUnavailable(self._scontrol.down)
+        timeout = self._scontrol.timeout_left()
+        value = call_in_child(self.cfg.conf, op, args, timeout)
+        if value.get("hung"):
+            msg = f"pyslurm {op} gave no answer within {timeout:.0f}s"
+            if timeout < self.timeout:
+                raise OutOfTime(f"{msg}: the run's time for Slurm calls ran out")
+            self._scontrol.down = msg
+            raise SlurmUnavailable(msg)
+        if "error" in value:
+            msg = value["error"]
+            if value.get("kind") == "rpc" and any(m in msg for m in UNREACHABLE):
+                self._scontrol.down = msg
+                raise SlurmUnavailable(msg)
+            raise SlurmError(msg)
+        return value.get("ok")
+
+    # --- operations ----------------------------------------------------------------------
+    def prime_node(self, info: dict) -> None:
+        self._primed[info["NodeName"]] = info
+
+    def show_node(self, node: str) -> dict | None:
+        primed = self._primed.get(node)
+        if primed is not None:
+            return primed
+        return self._call("node", node)
+
+    def node_state(self, node: str) -> dict | None:
+        """{NodeName, State, Reason (no stamp)}: one REQUEST_NODE_INFO_SINGLE, never the
+        node list (pyslurm's Node.load)."""
+        info = self.show_node(node)
+        if info is None:
+            return None
+        reason = strip_reason_stamp(info.get("Reason", ""))
+        return {"NodeName": node, "State": info.get("State", "").upper(),
+                "Reason": "" if reason in ("none", "(null)") else reason}
+
+    def list_nodes(self) -> list[dict]:
+        return self._call("nodes")
+
+    def list_nodes_alone(self) -> list[dict]:
+        # pyslurm's Nodes.load() also loads every partition (two RPCs), and the breaker
+        # reads the node list on every failing run of every node: the nodes alone come
+        # from the libslurm of the Slurm pyslurm was matched to (slurm/slurmlib.py, one RPC),
+        # as in the scontrol backend.
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        return self._scontrol.list_nodes_alone()
+
+    def show_job(self, job: str) -> dict | None:
+        info = self._call("job", job)
+        if info and info.get("ArrayJobId") and info.get("ArrayTaskId", "").isdigit():
+            self._elements[f"{info['ArrayJobId']}_{info['ArrayTaskId']}"] = info["JobId"]
+        return info
+
+    def list_jobs(self) -> list[dict]:
+        return self._call("jobs")
+
+    def drain(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        self._call("node_state", node, "DRAIN", reason)
+
+    def undrain(self, node: str) -> None:
+        # UNDRAIN only clears the drain flag (never brings a DOWN node up).
+        self._primed.pop(node, None)
+        self._call("node_state", node, "UNDRAIN", None)
+
+    def resume(self, node: str) -> None:
+        self._primed.pop(node, None)
+        self._call("node_state", node, "RESUME", None)
+
+    def set_down(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        self._call("node_state", node, "DOWN", reason)
+
+    def set_admin_comment(self, job: str, text: str) -> None:
+        self._call("admin_comment", self._elements.get(job, job), text)
+
+    def requeue(self, job: str) -> None:
+        self._call("requeue", self._elements.get(job, job))
+
+    def cancel(self, job: str) -> None:
+        self._call("cancel", job)
+
+    def reboot(self, node: str, reason: str) -> None:
+        # No libslurm call for it (scontrol sends REQUEST_REBOOT_NODES itself).
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        self._primed.pop(node, None)
+        self._scontrol.reboot(node, reason)
+
+    def listpids(self, node: str) -> dict:
+        # Read from this host's slurmstepd sockets by scontrol, not asked of slurmctld.
+        return self._scontrol.listpids(node)
+
+
+def call_in_child(conf: str | None, op: str, args: tuple, timeout: float) -> dict:
+    """Run `op` in a hang-safe child that imports pyslurm: {"ok": value},
+    {"error": message, "kind": ...} or {"hung": True}."""
+    from ..host.runner import DONE, HUNG, STILL_HUNG, Runner, Task
+    key = f"pyslurm:{op}"
+    out = Runner(None).run([Task(key=key, func=_child, args=(conf, op, list(args)), timeout=timeout)])[key]
+    if out.status in (HUNG, STILL_HUNG):
+        return {"hung": True}
+    if out.status == DONE and isinstance(out.value, dict):
+        return out.value
+    if out.step in ("import", "init"):
+        where = conf or "$SLURM_CONF or Slurm's default slurm.conf"
+        return {"error": f"pyslurm: the child process exited while libslurm "
+                         f"{'was loaded' if out.step == 'import' else 'read its configuration'} "
+                         f"(Slurm's fatal(): is {where} readable and its SlurmctldHost resolvable?)",
+                "kind": "exit"}
+    return {"error": f"pyslurm {op} failed: {out.error or 'the child ended without an answer'}", "kind": "exit"}
+
+
+def probe(cfg, timeout: float) -> str | None:
+    """None when pyslurm imports, initialises libslurm and was built against the
+    running libslurm's major.minor; else why not."""
+    value = call_in_child(cfg.conf, "probe", (), timeout)
+    if value.get("hung"):
+        return f"importing pyslurm gave no answer within {timeout:.0f}s"
+    if "error" in value:
+        return value["error"]
+    return None
+
+
+# --- in the child -------------------------------------------------------------------------
+def _child(progress, conf, op, args):
+    os.environ["PYSLURM_DISABLE_AUTO_INIT"] = "1"   # initialised below, with our slurm.conf
+    if conf:
+        os.environ["SLURM_CONF"] = conf
+    progress("import")
+    try:
+        import pyslurm
+    except Exception as e:                             # not installed, built for another libslurm
+        return {"error": f"import pyslurm failed: {type(e).__name__}: {e}", "kind": "import"}
+    progress("init")
+    pyslurm.slurm_init(conf)
+    progress(op)
+    try:
+        return {"ok": _OPS[op](pyslurm, *args)}
+    except pyslurm.RPCError as e:
+        return {"error": str(e), "errno": getattr(e, "errno", None), "kind": "rpc"}
+
+
+def _stamp(when) -> str:
+    return time.strftime(STAMP_FORMAT, time.localtime(when))
+
+
+def _node_dict(n) -> dict:
+    out = {"NodeName": n.name, "State": n.state or ""}
+    gres = n.configured_gres or {}
+    out["Gres"] = ",".join(f"{k}:{v}" for k, v in gres.items()) if gres else "(null)"
+    if n.reason:
+        # pyslurm gives the reason alone: the stamp is appended here as scontrol does
+        # it, only for a reason with a time (every reason an update or a reboot sets),
+        # so that strip_reason_stamp removes exactly this one, never a user's text.
+        stamp = f" [{n.reason_user or 'root'}@{_stamp(n.reason_time)}]" if n.reason_time else ""
+        out["Reason"] = n.reason + stamp
+    return out
+
+
+def _job_dict(j) -> dict:
+    out = {"JobId": str(j.id), "UserId": f"{j.user_name}({j.user_id})", "JobState": j.state or "",
+           "Requeue": "1" if j.is_requeueable else "0", "BatchFlag": "1" if j.is_batch_job else "0",
+           "Restarts": str(j.requeue_count or 0), "NodeList": j.allocated_nodes or "(null)",
+           "AdminComment": j.admin_comment or "(null)", "NumNodes": str(j.num_nodes or "")}
+    if j.array_id:
+        # pyslurm reads an element id of 0 as "no value".
+        out["ArrayJobId"] = str(j.array_id)
+        out["ArrayTaskId"] = str(j.array_task_id or 0)
+    return out
+
+
+def _unknown(e, *words) -> bool:
+    text = str(e).lower()
+    return any(w in text for w in words)
+
+
+def _op_probe(ps):
+    return {"pyslurm": ps.__version__, "api": list(ps.slurm_api_version())}
+
+
+def _op_node(ps, name):
+    try:
+        return _node_dict(ps.Node.load(name))
+    except ps.RPCError as e:
+        if _unknown(e, "does not exist", "invalid node name"):
+            return None
+        raise
+
+
+def _op_nodes(ps):
+    return [_node_dict(n) for n in ps.Nodes.load().values()]
+
+
+def _find_job(ps, job: str):
+    """The record of `job` (an id, or an array element A_T), None if Slurm has none."""
+    array, _, task = job.partition("_")
+    if not task:
+        try:
+            j = ps.Job.load(int(job))
+        except ps.RPCError as e:
+            if _unknown(e, "invalid job id"):
+                return None
+            raise
+        if j.id == int(job):
+            return j
+    # An array's own id, or A_T: the record that is exactly that element.
+    for j in ps.Jobs.load().values():
+        if task and j.array_id == int(array) and (j.array_task_id or 0) == int(task):
+            return j
+        if not task and j.id == int(job):
+            return j
+    return None
+
+
+def _op_job(ps, job):
+    j = _find_job(ps, job)
+    return _job_dict(j) if j is not None else None
+
+
+def _op_jobs(ps):
+    return [_job_dict(j) for j in ps.Jobs.load().values()]
+
+
+def _job_id(ps, job) -> int:
+    if "_" not in job:
+        return int(job)
+    j = _find_job(ps, job)
+    if j is None:
+        raise ps.RPCError(msg="Invalid job id specified")
+    return j.id
+
+
+def _op_node_state(ps, node, state, reason):
+    changes = ps.Node(state=state, reason=reason) if reason is not None else ps.Node(state=state)
+    ps.Node(node).modify(changes)
+
+
+def _op_admin_comment(ps, job, text):
+    ps.Job(_job_id(ps, job)).modify(ps.JobSubmitDescription(admin_comment=text))
+
+
+def _libslurm():
+    """libslurm as pyslurm loaded it, for the functions pyslurm does not bind."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        paths = {line.split()[-1] for line in f if len(line.split()) >= 6}
+    for name in ("libslurmfull", "libslurm."):
+        for path in sorted(paths):
+            if os.path.basename(path).startswith(name):
+                return ctypes.CDLL(path, use_errno=True)
+    raise RuntimeError("libslurm is not loaded")
+
+
+def _check(ps, rc: int) -> None:
+    if rc != 0:
+        import ctypes
+        errno = ctypes.get_errno() if rc == -1 else rc
+        raise ps.RPCError(errno=errno)
+
+
+def _op_requeue(ps, job):
+    import ctypes
+    lib = _libslurm()
+    lib.slurm_requeue.argtypes = (ctypes.c_uint32, ctypes.c_uint32)
+    _check(ps, lib.slurm_requeue(_job_id(ps, job), JOB_RUNNING))
+
+
+def _op_cancel(ps, job):
+    import ctypes
+    lib = _libslurm()
+    lib.slurm_kill_job2.argtypes = (ctypes.c_char_p, ctypes.c_uint16, ctypes.c_uint16, ctypes.c_char_p)
+    _check(ps, lib.slurm_kill_job2(job.encode(), SIGKILL, 0, None))
+
+
+_OPS: dict = {"probe": _op_probe, "node": _op_node, "nodes": _op_nodes, "job": _op_job, "jobs": _op_jobs,
+        "node_state": _op_node_state, "admin_comment": _op_admin_comment, "requeue": _op_requeue,
+        "cancel": _op_cancel}

@@ -1,0 +1,439 @@
+"""The Slurm backend: everything slurm-hooks asks of Slurm goes through scontrol here
+(and squeue, for jobs).
+
+scontrol rather than a library binding: pyslurm must match the running Slurm's
+major.minor exactly and exists on PyPI for few releases, while `scontrol -o` output
+(one line of Key=Value per object) is stable across versions. Every call is an argv
+list (never a shell), uses an absolute path and a PATH we set ourselves
+(HealthCheckProgram runs with no PATH), and has a deadline. Errors carry scontrol's
+own message.
+
+Jobs are read through squeue, with a fixed list of fields and the AdminComment last:
+`scontrol show job` prints a job's name, comment, command line and paths as they are,
+line breaks included, so a job's user could write a line that reads as the start of
+another job's record (or cut their own short). squeue prints only fields no job user
+writes, then the AdminComment, which only Slurm's administrators (and slurm-hooks) set.
+
+All calls of one run can share one deadline (`Slurm.deadline`, monotonic): slurmd kills
+the health check after 60 s, and an incident takes several calls in a row. A call is
+given what is left of the deadline at most; with too little left it is not started
+(`OutOfTime`), and the caller spools the action for the next run.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+
+from ..host.runner import CommandResult, run_command
+from .api import (
+    MIN_CALL,
+    NO_CONFIG,
+    STAMP_INSIDE,
+    UNREACHABLE,
+    OutOfTime,
+    SlurmError,
+    SlurmNotConfigured,
+    SlurmUnavailable,
+    no_config_message,
+    strip_reason_stamp,
+)
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .api import Choice
+
+SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Fields whose value is free text and may contain spaces (and even "Word=" pieces).
+FREE_TEXT = frozenset({"Reason", "Comment", "AdminComment", "Command", "WorkDir", "StdErr",
+                       "StdIn", "StdOut", "SystemComment", "Extra", "OS", "Features",
+                       "AvailableFeatures", "ActiveFeatures"})
+_TOKEN = re.compile(r" (?=[A-Za-z][A-Za-z0-9_/:.\[\]]*=)")
+
+
+def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
+    """Parse one `scontrol -o show ...` line into a dict.
+
+    Keys are words followed by '='. A free-text value (Reason, AdminComment, ...) keeps
+    absorbing the following pieces until one starts with a key that scontrol really
+    prints for this object (given in `known`, learnt from the line's own well-formed
+    keys when not given), so "Reason=disk a=b broken" stays whole. A node's Reason runs
+    to its stamp (see _cut_node_reason): it may hold our words, and a file name in them
+    may read `x [u@2020-01-01T00:00:00] Comment=...`.
+    """
+    out: dict[str, str] = {}
+    line = line.strip()
+    node = line.startswith("NodeName=")
+    head, reason, tail = _cut_node_reason(line) if node else (line, None, "")
+    # A node's reason without a stamp (one Slurm gave no time) runs to the end of the
+    # line: it may hold words that look like keys, `Kill task failed (JobId=7 StepId=0)`.
+    _pieces(head, out, None, known, open_reason=node and reason is None)
+    if reason is not None:
+        out["Reason"] = reason
+        _pieces(tail, out, "Reason", known, open_reason=False)
+    return out
+
+
+def _pieces(text: str, out: dict[str, str], current: str | None, known: frozenset | None,
+            open_reason: bool) -> None:
+    """The Key=Value pieces of `text` into `out`; `current`: the key a leading piece
+    without one continues; `open_reason`: a Reason takes every piece after it."""
+    if not text:
+        return
+    for piece in _TOKEN.split(text):
+        key, sep, value = piece.partition("=")
+        if current in FREE_TEXT and (not sep or (known is not None and key not in known)
+                                     or (known is None and _looks_like_text(key, out))
+                                     or (open_reason and current == "Reason")):
+            out[current] += " " + piece
+            continue
+        if not sep:
+            if current is not None:
+                out[current] += " " + piece
+            continue
+        out[key] = value
+        current = key
+
+
+def _cut_node_reason(line: str) -> tuple[str, str | None, str]:
+    """(what comes before ` Reason=`, the Reason up to and with Slurm's stamp, what
+    follows it), or (line, None, "") when the reason has no stamp.
+
+    Slurm appends the stamp to the reason's first line, and prints after the reason
+    only what admins and Slurm write (Comment, Extra, InstanceId, ReservationName,
+    Topology, ...). Our reasons are one line, so any text of a user's inside one lies
+    before the real stamp: the real stamp is the last one, and a stamp a file name
+    forged is never taken for it."""
+    head, sep, rest = line.partition(" Reason=")
+    if not sep:
+        return line, None, ""
+    last = None
+    for last in STAMP_INSIDE.finditer(rest):
+        pass
+    if last is None:
+        return line, None, ""
+    tail = rest[last.end():]
+    # One blank separates the stamp from what follows; the blanks of a continued
+    # reason's next line (`       more`) stay with it.
+    return head, rest[:last.end()], tail[1:] if tail.startswith(" ") else tail
+
+
+def records(out: str, head: str) -> list[str]:
+    """The records of `scontrol -o show` output, each starting with `head` (`JobId=`).
+    One line each, except that Slurm 25.11 prints a newline inside a value (an
+    AdminComment an admin wrote with one) as it is: a line that does not start a
+    record belongs to the one before, and the newline to its value."""
+    out_records: list[str] = []
+    for line in out.splitlines():
+        if line.startswith(head):
+            out_records.append(line)
+        elif out_records:
+            out_records[-1] += "\n" + line
+    return out_records
+
+
+def _looks_like_text(key: str, seen: dict) -> bool:
+    # Without a list of keys, treat lower-case words as text: scontrol's keys are
+    # CamelCase (NodeName, State, AdminComment, MCS_label, ...).
+    return not key[:1].isupper() or key in seen
+
+
+# squeue --Format fields of a job ("Name:0|": no padding, no cut, `|` after it).
+JOB_FIELDS = ("JobId", "ArrayJobId", "ArrayTaskId", "UserId", "UserName", "State", "NodeList",
+              "NumNodes", "Requeue", "BatchFlag", "RestartCnt", "admin_comment")
+JOB_FORMAT = ",".join(f"{f}:0|" for f in JOB_FIELDS[:-1]) + f",{JOB_FIELDS[-1]}:0"
+_JOB_LINE = re.compile(r"(\d+)\|(\d+)\|([^|]*)\|(\d+)\|([^|]*)\|([A-Z_]+)\|([^|]*)\|(\d+)\|(\d+)\|(\d+)\|(\d+)\|(.*)")
+
+
+def parse_job_lines(out: str) -> list[dict[str, str]]:
+    """squeue's JOB_FORMAT lines as records keyed like `scontrol show job`'s. A line
+    that does not start a record continues the AdminComment before it (an admin may
+    write a line break into one)."""
+    jobs: list[dict[str, str]] = []
+    for line in out.splitlines():
+        m = _JOB_LINE.fullmatch(line)
+        if m is None:
+            if jobs:
+                jobs[-1]["AdminComment"] += "\n" + line
+            continue
+        job, array, task, uid, user, state, nodes, count, requeue, batch, restarts, comment = m.groups()
+        info = {"JobId": job, "UserId": f"{user}({uid})", "JobState": state, "NodeList": nodes or "(null)",
+                "NumNodes": count, "Requeue": requeue, "BatchFlag": batch, "Restarts": restarts,
+                "AdminComment": comment}
+        if task != "N/A":
+            info["ArrayJobId"], info["ArrayTaskId"] = array, task
+        jobs.append(info)
+    return jobs
+
+
+def find_scontrol(bin_dir: str | None) -> str | None:
+    """scontrol's path. Slurm often lives on a shared filesystem (/opt/slurm over NFS):
+    a directory on a network mount is not even looked at here (access() there can hang
+    this process); the hang-safe exec in run_command finds out whether it works."""
+    from ..host.mounts import MountTable
+    dirs = (bin_dir,) if bin_dir else SEARCH_DIRS
+    mounts = None
+    for d in dirs:
+        path = os.path.join(d, "scontrol")
+        if mounts is None:
+            try:
+                mounts = MountTable.current()
+            except OSError:
+                mounts = MountTable([])
+        m = mounts.holding(path)
+        if m is not None and m.is_network:
+            return path
+        if os.access(path, os.X_OK):
+            return path
+    return None
+
+
+class Slurm:
+    """The scontrol backend (see slurm/connect.py for the interface)."""
+    name = "scontrol"
+
+    def __init__(self, cfg):
+        self.choice: Choice | None = None   # when chosen by open_backend
+        self.running_version: str | None = None
+        self.timeout = cfg.timeout
+        self.scontrol = find_scontrol(cfg.bin_dir)
+        self.where = cfg.bin_dir or ", ".join(SEARCH_DIRS)
+        self.env = {"PATH": SAFE_PATH, "LANG": "C", "LC_ALL": "C"}
+        self.down: str | None = None       # set once slurmctld failed to answer
+        self._primed: dict[str, dict] = {}  # node fields a caller has just read (used once)
+        self.deadline: float | None = None  # monotonic time by which every call must end
+        self.library = True                 # slurm/slurmlib.py may be tried (False once it failed)
+        conf = cfg.conf or os.environ.get("SLURM_CONF")
+        if conf:
+            self.env["SLURM_CONF"] = conf
+
+    # --- plumbing ------------------------------------------------------------------------
+    def _beside(self, tool: str) -> str:
+        """The path of a Slurm command next to scontrol, if Slurm can be asked at all.
+        Never access()ed here: Slurm may live on a hung network filesystem, and only
+        the hang-safe exec may touch it."""
+        if self.scontrol is None:
+            raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.down is not None:
+            # slurmctld did not answer a moment ago: each new try would cost the
+            # whole timeout again, and a health check has 60 s in all.
+            raise SlurmUnavailable(self.down)
+        return os.path.join(os.path.dirname(self.scontrol), tool)
+
+    def _run(self, *args: str) -> CommandResult:
+        return self._exec([self._beside("scontrol"), *args])
+
+    def _call_timeout(self) -> float:
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left < MIN_CALL:
+            raise OutOfTime("the run's time for Slurm calls is spent")
+        return min(self.timeout, left)
+
+    def _exec(self, argv: list) -> CommandResult:
+        timeout = self._call_timeout()
+        result = run_command(argv, timeout, self.env)
+        if result.timed_out:
+            if timeout < self.timeout:
+                raise OutOfTime(f"{result.message()}: the run's time for Slurm calls ran out")
+            self.down = result.message()
+            raise SlurmUnavailable(self.down)
+        if not result.ok:
+            msg = result.message()
+            if any(m in msg for m in UNREACHABLE):
+                self.down = msg
+                raise SlurmUnavailable(msg)
+            if any(m in msg for m in NO_CONFIG):
+                raise SlurmNotConfigured(no_config_message(msg))
+            raise SlurmError(msg)
+        return result
+
+    def timeout_left(self) -> float:
+        """The deadline one call may have now (raises OutOfTime when none is left)."""
+        return self._call_timeout()
+
+    def version(self) -> str:
+        """The running Slurm's version (`scontrol --version`: no RPC), e.g. '25.11.7'."""
+        if self.running_version is None:
+            if self.scontrol is None:
+                raise SlurmUnavailable(f"scontrol not found in {self.where}")
+            out = self._exec([self.scontrol, "--version"]).stdout.split()
+            if len(out) < 2 or not re.match(r"\d+\.\d+", out[-1]):
+                raise SlurmError(f"unexpected `scontrol --version` output: {' '.join(out)!r}")
+            self.running_version = out[-1]
+        return self.running_version
+
+    # --- operations ----------------------------------------------------------------------
+    def list_nodes(self) -> list[dict[str, str]]:
+        """Every node's record (one RPC: the node list), for `status` and the breaker."""
+        return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
+
+    def list_nodes_alone(self) -> list[dict[str, str]]:
+        """list_nodes(), which already asks for the nodes alone (node_lines)."""
+        return self.list_nodes()
+
+    def list_jobs(self) -> list[dict[str, str]]:
+        """Every job's record Slurm still holds, for `status`."""
+        return parse_job_lines(self._squeue().stdout)
+
+    def _squeue(self, *args: str) -> CommandResult:
+        return self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
+
+    def _show_node(self, name: str, unknown: str) -> dict[str, str] | None:
+        """`scontrol -o show node NAME` as a dict; None when Slurm says `unknown`."""
+        try:
+            out = self._run("-o", "show", "node", name).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if unknown in str(e).lower():
+                return None
+            raise
+        found = records(out, "NodeName=")
+        line = next((r for r in found if r.startswith(f"NodeName={name} ")), found[0] if found else None)
+        return parse_oneliner(line) if line else None
+
+    def node_lines(self) -> str:
+        """`scontrol -o show node` lines of every node. In one RPC to slurmctld through
+        Slurm's client library (slurm/slurmlib.py: the nodes alone, no `Partitions=`), else
+        through scontrol, which also loads the partitions (two RPCs)."""
+        scontrol = self._beside("scontrol")
+        if self.library:
+            from . import slurmlib
+            try:
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol, "nodes"]).stdout
+            except SlurmUnavailable:
+                raise
+            except SlurmError:
+                # No library next to this scontrol, or one this code cannot drive: scontrol
+                # answers the same, at the cost of the partition list.
+                self.library = False
+        return self._run("-o", "show", "node").stdout
+
+    def prime_node(self, info: dict[str, str]) -> None:
+        """Fields of a node just read by a wider query (the breaker's cluster view):
+        show_node and node_state of it answer from them instead of asking slurmctld
+        again, until this run changes the node (drain, undrain, resume, reboot)."""
+        self._primed[info["NodeName"]] = info
+
+    def show_node(self, node: str) -> dict[str, str] | None:
+        primed = self._primed.get(node)
+        if primed is not None:
+            return primed
+        return self._show_node(node, f"node {node.lower()} not found")
+
+    def node_state(self, node: str) -> dict[str, str] | None:
+        """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
+
+        Through `sinfo -n NODE`, which asks slurmctld for that node alone
+        (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
+        and filters it in the client, and a prolog or epilog must not read the node list."""
+        primed = self._primed.get(node)
+        if primed is not None:
+            return _without_stamp(primed)
+        sinfo = self._beside("sinfo")
+        try:
+            # The reason last: it is free text and may hold the separator.
+            out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "cannot run" in str(e):           # no sinfo installed: the node list it is
+                return _without_stamp(self.show_node(node))
+            raise
+        for line in out.splitlines():
+            name, _, rest = line.partition("|")
+            if name != node:
+                continue
+            state, _, reason = rest.partition("|")
+            reason = reason.rstrip()
+            return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason}
+        return None
+
+    def show_job(self, job: str) -> dict[str, str] | None:
+        """The job's record, None when Slurm does not know it. `job` is a JobId or an
+        array element's ArrayJobId_ArrayTaskId; an array's own id lists every element,
+        and the one whose JobId it is is taken."""
+        try:
+            found = parse_job_lines(self._squeue(f"--jobs={job}").stdout)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "invalid job id" in str(e).lower():
+                return None
+            raise
+        return next((j for j in found if j["JobId"] == job
+                     or f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
+
+    def set_admin_comment(self, job: str, text: str) -> None:
+        self._run("update", f"jobid={job}", f"admincomment={text}")
+
+    def requeue(self, job: str) -> None:
+        # Incomplete: only a job still CONFIGURING, RUNNING, STOPPED or SUSPENDED is
+        # requeued; one that ended meanwhile is left as it is (22.05 and later).
+        self._run("requeue", "Incomplete", job)
+
+    def cancel(self, job: str) -> None:
+        try:
+            self._exec([self._beside("scancel"), job])
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "cannot run" in str(e):
+                raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}: {e}") from None
+            raise
+
+    def reboot(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        # ASAP: drain now, reboot once the node's jobs are gone. nextstate=DOWN keeps
+        # the node out of service after the boot, with our reason (Slurm appends
+        # "reboot complete"), until a health check passes and slurm-hooks resumes it:
+        # nextstate=RESUME would clear the reason and put back a node whose fault
+        # survived the reboot before any check could stop it.
+        self._run("reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node)
+
+    def listpids(self, node: str) -> dict:
+        """pid -> JobRef for every job process this node's slurmd knows of."""
+        from ..host.jobs import parse_listpids
+        try:
+            return parse_listpids(self._run("listpids", "*", node).stdout)
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if "no job steps exist" in str(e).lower():
+                return {}
+            raise
+
+    def drain(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
+
+    def undrain(self, node: str) -> None:
+        self._primed.pop(node, None)
+        # UNDRAIN (22.05+) only clears the drain flag: unlike RESUME it never brings a
+        # DOWN node up nor cancels a pending reboot.
+        self._run("update", f"nodename={node}", "state=undrain")
+
+    def resume(self, node: str) -> None:
+        self._primed.pop(node, None)
+        # Only for a node that is DOWN by our own doing (our reboot's nextstate=DOWN).
+        self._run("update", f"nodename={node}", "state=resume")
+
+    def set_down(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
+        # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
+        self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
+
+
+def _without_stamp(info: dict[str, str] | None) -> dict[str, str] | None:
+    """node_state's {NodeName, State, Reason} of a record as scontrol shows it."""
+    if info is None:
+        return None
+    reason = strip_reason_stamp(info.get("Reason", ""))
+    return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
+            "Reason": "" if reason in ("none", "(null)") else reason}

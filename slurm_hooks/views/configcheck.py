@@ -1,0 +1,116 @@
+"""`slurm-hooks config check`: the file is valid (config.load); this module adds what
+only this node can tell: whether each filesystem to probe is there as written.
+
+A mistyped probe path, a mountpoint this node does not have or an fstype that is not
+what is mounted passes validation and then drains the node at its first health check.
+Each is a warning naming the file and line (`--strict`: an error, for CI of a
+configuration repository). The mounts come from /proc/self/mountinfo alone; whether a
+path exists is asked in a hang-safe child with a deadline (host/runner.py), never in this
+process: the path may be on a hung mount.
+"""
+from __future__ import annotations
+
+import os
+
+# How long one path may take to say whether it exists: a live mount answers in
+# milliseconds, and `config check` must stay quick on a node with a hung one.
+PATH_TIMEOUT = 5.0
+
+
+def probe_warnings(path: str, mounts=None) -> list[str]:
+    """`FILE:LINE: KEY: problem` for each configured filesystem this node would fail."""
+    import yaml
+
+    from ..host.mounts import MountTable
+    with open(path, "rb") as f:
+        root = yaml.compose(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    table = mounts if mounts is not None else MountTable.current()
+    entries = list(_filesystem_entries(root, yaml))
+    out, to_probe = [], []
+    for key, fields in entries:
+        problem = _mount_problem(fields, table)
+        if problem:
+            name, node, text = problem
+            out.append(f"{path}:{node.start_mark.line + 1}: {key}.{name}: {text}")
+        elif "path" in fields:
+            to_probe.append((key, fields["path"]))
+    out += [f"{path}:{node.start_mark.line + 1}: {key}.path: {text}" for key, node, text in _missing_paths(to_probe)]
+    return out
+
+
+def _filesystem_entries(root, yaml):
+    """(key, {setting: value node}) for every item of `filesystems`, at the top level
+    and in each node group (another node's group is still this file's mistake only if
+    it names this node's mounts, but a typo is a typo: checked all the same)."""
+    for prefix, mapping in _sections(root, yaml):
+        seq = _value(mapping, "filesystems", yaml)
+        if not isinstance(seq, yaml.SequenceNode):
+            continue
+        for i, item in enumerate(seq.value):
+            if isinstance(item, yaml.MappingNode):
+                fields = {k.value: v for k, v in item.value
+                          if isinstance(v, yaml.ScalarNode) and k.value in ("path", "mountpoint", "fstype")}
+                yield f"{prefix}filesystems[{i}]", fields
+
+
+def _sections(root, yaml):
+    if not isinstance(root, yaml.MappingNode):
+        return
+    yield "", root
+    groups = _value(root, "node_groups", yaml)
+    for i, g in enumerate(groups.value if isinstance(groups, yaml.SequenceNode) else ()):
+        settings = _value(g, "settings", yaml)
+        if isinstance(settings, yaml.MappingNode):
+            yield f"node_groups[{i}].settings.", settings
+
+
+def _value(mapping, key: str, yaml):
+    if not isinstance(mapping, yaml.MappingNode):
+        return None
+    return next((v for k, v in mapping.value if getattr(k, "value", None) == key), None)
+
+
+def _mount_problem(fields: dict, table):
+    """(setting, its value node, problem) as the filesystem check would see it (checks/filesystem.py
+    `_mount_problem`), or None."""
+    mp, fstype, p = fields.get("mountpoint"), fields.get("fstype"), fields.get("path")
+    if mp is not None and mp.value:
+        m = table.at(mp.value)
+        if m is None:
+            return "mountpoint", mp, (f"mountpoint {mp.value} is not in this node's mount table (/proc/self/mountinfo): "
+                        "every health check here would find it missing and drain the node")
+    elif p is not None:
+        m = table.holding(p.value)
+    else:
+        return None
+    if fstype is not None and fstype.value and m is not None and m.fstype != fstype.value:
+        return "fstype", fstype, (f"fstype {fstype.value} does not match this node: {m.mountpoint} is {m.fstype} "
+                        "here; every health check would drain the node")
+    return None
+
+
+def _missing_paths(entries):
+    """(key, node, problem) for each path that is not a directory here, asked of all
+    paths at once in hang-safe children."""
+    from ..host.runner import DONE, Runner, Task
+    if not entries:
+        return []
+    tasks = [Task(f"config-check:{i}", _is_dir, (node.value,), PATH_TIMEOUT) for i, (_, node) in enumerate(entries)]
+    outcomes = Runner().run(tasks)
+    out = []
+    for i, (key, node) in enumerate(entries):
+        o = outcomes[f"config-check:{i}"]
+        if o.status != DONE:
+            out.append((key, node, f"{node.value} did not answer within {PATH_TIMEOUT:g}s ({o.status}): "
+                        "the filesystem under it may be hung"))
+        elif not o.value:
+            out.append((key, node, f"{node.value} does not exist (or is not a directory) on this node: the "
+                        f"probe would fail and drain the node. The probe directory must exist: create it "
+                        f"on the mounted filesystem (mkdir -p {node.value}, "
+                        "with the filesystem mounted) or correct the path"))
+    return out
+
+
+def _is_dir(progress, path: str) -> bool:
+    progress("stat")
+    return os.path.isdir(path)

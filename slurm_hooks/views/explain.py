@@ -1,0 +1,157 @@
+"""`slurm-hooks explain`, on a node: why is it drained, and what happened lately.
+
+Read from the local journal and state only (no Slurm call is needed, so it works while
+slurmctld is down): the drain slurm-hooks recorded, the run that decided it with its
+full diagnosis, the actions taken for it since, and the last runs.
+"""
+from __future__ import annotations
+
+import time
+
+from ..core.outcomes import Outcome
+from ..core.reason import clean_text
+
+# The journal outcomes of a drain that took (or that Slurm took for a failed prolog).
+DRAINED = (Outcome.DONE.value, Outcome.DEFERRED.value)
+
+
+
+def node_runs(records: list[dict], node: str) -> list[dict]:
+    """The node's runs. A run that could not read its configuration names the node only
+    when slurmd set SLURMD_NODENAME; the journal is local, so one naming none is this
+    host's too: hiding it would hide the very runs that checked nothing."""
+    return [r for r in records if r.get("event", "run") == "run"
+            and (r.get("node") == node or (r.get("node") is None and r.get("status") == "config_error"))]
+
+
+def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
+    mine = node_runs(records, node)
+    lines = [f"slurm-hooks explain: node {node}"]
+    if drain:
+        lines.append(f"drained by slurm-hooks since {_when(drain.get('at'))}: {drain.get('reason')}")
+        lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
+                                         f"{drain.get('passes', 0)})" if drain.get("resumable")
+                                         else "no: the cause needs a reboot or a human"))
+        decided = _deciding_run(mine, drain.get("reason", ""))
+        if decided is not None:
+            lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
+            lines += _diagnosis(decided)
+            lines.append("actions for it:")
+            lines += [f"  {a}" for a in _actions_since(mine, decided)]
+        else:
+            lines.append("the run that drained it is no longer in the journal")
+    else:
+        lines.append("not drained by slurm-hooks (no drain recorded in local state)")
+    shown = _last(mine, runs)
+    lines.append(f"last {len(shown)} runs:")
+    for r in shown:
+        lines.append(_run_line(r))
+        # What the run decided, done or not: in report-only mode this is what the
+        # rollout asks admins to read before they turn actions on.
+        lines += [f"      {_action_text(a)}" for a in r.get("actions", [])]
+    return clean_text("\n".join(lines))
+
+
+def explain_json(records: list[dict], node: str, drain: dict, runs: int = 10) -> dict:
+    """What explain() says, as one document for scripts."""
+    mine = node_runs(records, node)
+    decided = _deciding_run(mine, drain.get("reason", "")) if drain else None
+    return {"node": node, "drain": drain or None,
+            "deciding_run": decided, "runs": _last(mine, runs)}
+
+
+def _last(runs: list[dict], n: int) -> list[dict]:
+    return runs[-n:] if n > 0 else []      # runs[-0:] would be every run
+
+
+def _run_line(r: dict) -> str:
+    if r.get("status") == "config_error":
+        error = str(r.get("error", "")).splitlines()
+        why = "; ".join(error[:2])[:160]
+        return f"  {r.get('time')} {r.get('hook', '?'):<11} config_error nothing checked or done: {why}"
+    bad = [f["summary"] for c in r.get("checks", []) for f in c.get("findings", []) if f.get("severity") != "ok"]
+    mode = " (dry run)" if r.get("dry_run") else (" (report only)" if r.get("report_only") else "")
+    return (f"  {r.get('time')} {r.get('hook', '?'):<11} {r.get('status', '?'):<9} "
+            f"{r.get('duration', 0):6.2f}s  {'; '.join(bad)[:160]}{mode}")
+
+
+def _action_text(a: dict) -> str:
+    from ..core.outcomes import result_word
+    word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
+    target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
+    return f"{word}: {a.get('kind')} {target}" + (f": {a['reason']}" if a.get("reason") else "")
+
+
+def plain_settings(path: str | None) -> dict:
+    """node_name and state_dir as a configuration file that does not validate still
+    gives them plainly at its top level: explain must find the node and its state."""
+    try:
+        import yaml
+        with open(path or "", "rb") as f:
+            doc = yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except Exception:       # unreadable or not YAML: the defaults it is
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    out = {}
+    if isinstance(doc.get("node_name"), str) and doc["node_name"].strip():
+        out["node_name"] = doc["node_name"].strip()
+    if isinstance(doc.get("state_dir"), str) and doc["state_dir"].startswith("/"):
+        out["state_dir"] = doc["state_dir"]
+    return out
+
+
+def _when(t) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(t)))
+    except (TypeError, ValueError):
+        return "?"
+
+
+def _deciding_run(runs: list[dict], reason: str) -> dict | None:
+    for r in reversed(runs):
+        for a in r.get("actions", []):
+            if a.get("kind") == "drain" and a.get("reason") == reason and a.get("outcome") in DRAINED:
+                return r
+    return None
+
+
+def _diagnosis(run: dict) -> list[str]:
+    out = []
+    for c in run.get("checks", []):
+        for f in c.get("findings", []):
+            if f.get("severity") != "fail":
+                continue
+            out.append(f"  {f['summary']}")
+            if f.get("detail"):
+                out.append(f"      {f['detail']}")
+            ev = f.get("evidence", {})
+            gpu = ev.get("gpu") if isinstance(ev.get("gpu"), dict) else {}
+            for key in _explain_keys(f.get("check")):
+                value = ev.get(key, gpu.get(key))
+                if value not in (None, "", [], {}):
+                    if isinstance(value, list) and key == "stack":
+                        value = " < ".join(value[:6])
+                    out.append(f"      {key}: {value}")
+    return out
+
+
+def _actions_since(runs: list[dict], first: dict) -> list[str]:
+    out, seen = [], False
+    for r in runs:
+        seen = seen or r is first
+        if not seen:
+            continue
+        for a in r.get("actions", []):
+            target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
+            msg = f" ({a['message']})" if a.get("message") else ""
+            from ..core.outcomes import result_word
+            word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
+            out.append(f"{r.get('time')} {a.get('kind')} {target}: {word}{msg}")
+    return out or ["none"]
+
+
+def _explain_keys(check) -> tuple[str, ...]:
+    """The evidence the check that made a finding says is worth showing, in order."""
+    from ..checks import check_class, names
+    return check_class(check).explain_keys if check in names() else ()

@@ -1,0 +1,146 @@
+"""`slurm-hooks status`: the cluster as slurm-hooks sees it, from any node with Slurm
+client access. Nodes drained by slurm-hooks, grouped by cause, with their age, the
+jobs it requeued from them and how far a reboot it asked for has got; many nodes drained
+for the same filesystem are shown as one outage, since that is what they are. Nodes
+out of service by anyone else (an admin's drain, DOWN, MAINT, a pending reboot) are
+listed as left alone.
+"""
+from __future__ import annotations
+
+import re
+import time
+
+from ..core.records import asdict, dataclass, field
+from ..decide.breaker import cause_of
+from ..slurm.api import (
+    STAMP_FORMAT,
+    foreign_states,
+    node_flags,
+    node_is_drained,
+    reason_is_current,
+    stamp_time,
+    strip_reason_stamp,
+)
+
+_JOB_NODE = re.compile(r"node (\S+?):")
+
+
+@dataclass
+class DrainedNode:
+    node: str
+    reason: str
+    since: str | None
+    age_seconds: float | None
+    jobs: list[dict] = field(default_factory=list)
+    state: str = ""
+    reboot: str | None = None      # how far the reboot slurm-hooks asked for has got
+
+
+# Slurm appends these to the reason of a node it reboots.
+_REBOOT_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+
+
+def reboot_progress(info: dict, reason: str) -> str | None:
+    flags = node_flags(info)
+    if "REBOOT_REQUESTED" in flags:
+        return "reboot requested: waiting for the node's jobs to end"
+    if "REBOOT_ISSUED" in flags:
+        return "rebooting (RebootProgram run), waiting for slurmd to register"
+    if reason.rstrip().endswith("reboot timed out"):
+        return "reboot timed out (ResumeTimeout): DOWN, needs a human"
+    if "DOWN" in flags and reason.rstrip().endswith("reboot complete"):
+        return "rebooted: DOWN until a health check passes"
+    return None
+
+
+def _plain(reason: str) -> str:
+    for note in _REBOOT_NOTES:
+        reason = reason.replace(note, "")
+    return reason
+
+
+@dataclass
+class Group:
+    cause: str
+    outage: bool
+    nodes: list[DrainedNode]
+
+
+@dataclass
+class Status:
+    total_nodes: int
+    drained_by_us: int
+    drained_by_others: list[dict]
+    groups: list[Group]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def collect(slurm, prefix: str, now: float | None = None) -> Status:
+    now = time.time() if now is None else now
+    nodes = slurm.list_nodes()
+    jobs_by_node: dict[str, list[dict]] = {}
+    for info in slurm.list_jobs():
+        comment = info.get("AdminComment", "")
+        if prefix not in comment:
+            continue
+        for node in set(_JOB_NODE.findall(comment)):
+            jobs_by_node.setdefault(node, []).append({
+                "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
+                "requeued": int(info.get("Restarts", "0") or 0) > 0})
+    ours, others, total = [], [], 0
+    for info in nodes:
+        total += 1
+        if not node_is_drained(info) and not foreign_states(info):
+            continue
+        raw = info.get("Reason", "")
+        reason = strip_reason_stamp(raw)
+        if not reason.startswith(prefix) or not reason_is_current(info):
+            others.append({"node": info["NodeName"], "reason": reason if reason_is_current(info) else "",
+                           "state": info.get("State", "")})
+            continue
+        since, age = stamp_time(raw) or None, None
+        if since:
+            try:
+                age = max(0.0, now - time.mktime(time.strptime(since, STAMP_FORMAT)))
+            except ValueError:
+                pass
+        ours.append(DrainedNode(node=info["NodeName"], reason=_plain(reason)[len(prefix):].strip(), since=since,
+                                age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], []),
+                                state=info.get("State", ""), reboot=reboot_progress(info, reason)))
+    groups: dict[str, list[DrainedNode]] = {}
+    for d in ours:
+        groups.setdefault(cause_of(d.reason), []).append(d)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return Status(total_nodes=total, drained_by_us=len(ours), drained_by_others=others,
+                  groups=[Group(cause=c, outage=len(ns) >= 2 and not c.startswith(("job", "gpu")), nodes=ns)
+                          for c, ns in ordered])
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def render(st: Status) -> str:
+    lines = [f"slurm-hooks status: {st.drained_by_us} of {st.total_nodes} nodes drained by slurm-hooks"]
+    for g in st.groups:
+        head = f"{g.cause}: OUTAGE on {len(g.nodes)} nodes" if g.outage else f"{g.cause}: {len(g.nodes)} node(s)"
+        lines.append(f"  {head}")
+        for d in g.nodes:
+            lines.append(f"    {d.node:<12} {age(d.age_seconds):>5} ago  {d.reason}")
+            if d.reboot:
+                lines.append(f"    {'':<12} {'':>5}      {d.state}: {d.reboot}")
+            for j in d.jobs:
+                what = "requeued" if j["requeued"] else "diagnosed"
+                lines.append(f"    {'':<12} {'':>5}      job {j['job']} {what} ({j['state']}, restarts {j['restarts']})")
+    if st.drained_by_others:
+        lines.append("  out of service by others (left alone): "
+                     + ", ".join(f"{o['node']} {o['state']} ({o['reason'] or 'no reason'})"
+                                 for o in st.drained_by_others))
+    return "\n".join(lines)
