@@ -14,7 +14,9 @@ except ImportError:
 
 # The fixtures that start a real Slurm cluster. A test using any of them is
 # Slurm-facing: it is marked `slurm_cluster`, and it is what a session against another
-# Slurm (--slurm-prefix) runs, once per slurm-hooks backend.
+# Slurm (--slurm-prefix) runs: once, with slurm-hooks' default backend (auto), or once
+# per backend when it is marked `per_backend` (a test of the backends' Slurm calls
+# themselves: tests/test_slurm_contract.py and the semantics tests).
 CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
 BACKENDS = ("scontrol", "pyslurm")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
@@ -37,8 +39,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     _stop_on_sigterm()
     config.addinivalue_line("markers", "slurm_cluster: uses a real Slurm test cluster (set automatically)")
-    config.addinivalue_line("markers", "backend_independent: a Slurm-facing test that never runs "
-                            "slurm-hooks' Slurm backend: run once, not once per backend")
+    config.addinivalue_line("markers", "per_backend: a Slurm-facing test of slurm-hooks' Slurm backend "
+                            "itself: run once per backend (--slurm-backends), not once per Slurm version")
     config.addinivalue_line("markers", "built_slurm: needs the Slurm built from source and pyslurm "
                             "built for it (runs in the --slurm-prefix session only)")
 
@@ -61,7 +63,7 @@ def _slurm_facing(fixturenames) -> bool:
 def pytest_generate_tests(metafunc):
     backends = _backends(metafunc.config)
     if backends and _slurm_facing(metafunc.fixturenames) and \
-            not metafunc.definition.get_closest_marker("backend_independent"):
+            metafunc.definition.get_closest_marker("per_backend"):
         metafunc.fixturenames.append("slurm_backend")
         metafunc.parametrize("slurm_backend", backends, indirect=True)
 

@@ -9,8 +9,9 @@
 # Two Slurm generations: the whole suite runs on Debian's Slurm (22.05 on Debian 12);
 # then the Slurm-facing tests (those using the cluster fixtures) run again on a cluster
 # of Slurm built from source (tests/build_slurm.sh: SLURM_SRC, default
-# ../shared/slurm/slurm-*.tar.xz; built once into /var/cache/slurm-hooks-tests), once
-# with each slurm-hooks backend (scontrol, and pyslurm built against that Slurm).
+# ../shared/slurm/slurm-*.tar.xz; built once into /var/cache/slurm-hooks-tests), each
+# once with slurm-hooks' default backend (auto: pyslurm built against that Slurm), and
+# the tests of the backends' own Slurm calls (marked per_backend) once per backend.
 # Without a source tarball those tests are skipped, with the reason.
 # SLURM_HOOKS_SLURM=distro|built|both (default both) picks the sessions.
 set -euo pipefail

@@ -47,7 +47,6 @@ def in_use(conf: str) -> dict:
 
 
 @needs_pyslurm
-@pytest.mark.backend_independent
 def test_auto_uses_pyslurm_only_for_the_slurm_it_was_built_for(clean_cluster, tmp_path):
     """On Debian's 22.05, auto declines pyslurm 25.11 and says why, in `config show` and
     in the journal of the run that drained; on 25.11 it takes pyslurm."""
@@ -98,7 +97,6 @@ def test_forced_pyslurm_for_another_slurm_fails_clearly_and_drains_nothing(tmp_p
 
 @needs_pyslurm
 @pytest.mark.built_slurm
-@pytest.mark.backend_independent
 def test_libslurm_fatal_exit_is_a_clear_error_not_the_end_of_the_run(cluster, tmp_path):
     """No slurm.conf where libslurm looks (none set, none at Slurm's default path, no DNS
     SRV record), as for HealthCheckProgram on a node that was never given one: libslurm
@@ -124,8 +122,9 @@ def test_libslurm_fatal_exit_is_a_clear_error_not_the_end_of_the_run(cluster, tm
     assert record["status"] == "unhealthy" and any(n.startswith("slurm backend: pyslurm") for n in record["notes"])
 
 
+@pytest.mark.per_backend
 def test_each_backend_run_of_a_slurm_facing_test_uses_that_backend(cluster, tmp_path, request):
-    """The suite itself: a Slurm-facing test run once per backend (--slurm-prefix) gets a
+    """The suite itself: a `per_backend` test run once per backend (--slurm-prefix) gets a
     configuration naming that backend, and slurm-hooks uses it; without --slurm-prefix
     the configuration names none (slurm-hooks' default, auto)."""
     callspec = getattr(request.node, "callspec", None)
@@ -136,3 +135,11 @@ def test_each_backend_run_of_a_slurm_facing_test_uses_that_backend(cluster, tmp_
         return
     assert slurm["backend"] == wanted
     assert in_use(write_config(tmp_path, slurm))["backend"] == wanted
+
+
+def test_a_test_not_marked_per_backend_runs_once_with_the_default(cluster, request):
+    """Feature tests run once per Slurm version, with slurm-hooks' default backend (auto):
+    only the backends' own tests run once per backend."""
+    callspec = getattr(request.node, "callspec", None)
+    assert callspec is None or "slurm_backend" not in callspec.params
+    assert "backend" not in cluster.hooks_slurm(timeout=10)

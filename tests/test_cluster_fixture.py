@@ -14,7 +14,7 @@ except ImportError:
     from slurmcluster import SlurmCluster, cgroup_v1_freezer_mounted, parse_kv_line, stale_daemons
 
 # The fixture itself, not slurm-hooks: once per Slurm, not once per backend.
-pytestmark = [pytest.mark.cluster, pytest.mark.backend_independent]
+pytestmark = pytest.mark.cluster
 
 NODES = ("n1", "n2", "n3")
 

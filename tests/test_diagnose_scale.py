@@ -127,7 +127,6 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
         cluster.resume_all()
 
 
-@pytest.mark.backend_independent     # the drains' Slurm calls are tested above; this counts recoveries
 def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_breaker_drains(
         cluster32, hung_mount, tmp_path):
     """16 nodes with `recover: fuse-abort` on the same hung mount, two rounds of

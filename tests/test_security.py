@@ -656,7 +656,6 @@ EXPECTED = {"vfork": ("stuck_not_node", "other"), "symlink": ("stuck_own_mount",
             "page_fault": ("stuck_own_mount", "user_mount"), "mountinfo": ("stuck_own_mount", "user_mount")}
 
 
-@pytest.mark.backend_independent      # the backend's job comment is tested elsewhere
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_a_task_stuck_by_its_own_jobs_doing_never_drains_or_reboots_the_node(
         clean_cluster, mallory, tmp_path, attack):
@@ -698,7 +697,6 @@ exec {PY} -c 'open("node-link", "rb")'
 """
 
 
-@pytest.mark.backend_independent
 def test_a_link_that_does_lead_to_the_nodes_hung_mount_drains_and_requeues(clean_cluster, mallory,
                                                                             sys_hung, tmp_path):
     """The true positive stays: the walk follows the user's link to the node's own mount."""

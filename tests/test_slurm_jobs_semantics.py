@@ -10,7 +10,7 @@ import time
 import pytest
 from helpers import journal, manual_healthcheck, stuck_writer_job, write_node_configs
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.per_backend]
 INTERVAL, GRACE = 3, 2
 
 # One element of an array gets stuck on the dead mount: the one whose JobId is the

@@ -14,7 +14,7 @@ import yaml
 from helpers import SLURM_HOOKS, STUCK_WRITER, journal, write_node_configs
 from helpers import manual_healthcheck as healthcheck
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.per_backend]
 INTERVAL, GRACE = 3, 2
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
+from ..core.behaviour import behaviour
 from ..core.model import FAIL, ActionResult, Finding
-from ..core.reason import GENERIC_FOR
 from ..core.records import asdict
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -46,11 +46,12 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
     if new_counts != counts:
         state.save("failures", new_counts)
+    run = behaviour(hook)
     drain = state.load("drain")
     spooled = state.load("spool", list)
-    hook_failure = state.load("hook-failure") if hook == "healthcheck" else {}
-    reboot = state.load("reboot") if hook == "healthcheck" else {}
-    new_boot = hook == "healthcheck" and not dry_run and _new_boot(state)
+    hook_failure = state.load("hook-failure") if run.tends_node else {}
+    reboot = state.load("reboot") if run.tends_node else {}
+    new_boot = run.tends_node and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
             and not state.load("actions-done"):
@@ -62,13 +63,13 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
-    if hook == "prolog":
+    if run.acts_by_exit:
         return _prolog_actions(actions, state, dry_run, report_only)
-    if hook == "healthcheck" and _may_recover(cfg, actions, findings):
+    if run.tends_node and _may_recover(cfg, actions, findings):
         actions = policy.recoveries(actions, findings, ledger, _recoverable(cfg), new_counts, bool(drain))
     for a in actions:
         if a.kind == "drain":
-            a.replaces = "|".join(filter(None, [GENERIC_FOR[hook], hook_failure.get("replaces", "")]))
+            a.replaces = "|".join(filter(None, [run.generic_reason, hook_failure.get("replaces", "")]))
     if hook_failure and not any(a.kind == "drain" for a in actions):
         actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
                                  replaces=hook_failure.get("replaces", ""), replace_only=True))
@@ -103,7 +104,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         until = None if started is None else started + cfg.actions.deadline
         results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
     from ..decide.breaker import can_overflow
-    if held == [] and slurm is not None and hook == "healthcheck" and \
+    if held == [] and slurm is not None and run.tends_node and \
             (view is None or can_overflow(view, cfg.policy)):
         # Only the health check re-reads the cluster: a prolog or epilog never reads the
         # node list (Slurm's guide), it honours the health checks' last view instead.
@@ -161,7 +162,7 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     # user's file name at its end that reads like one.
     reason = info.get("Reason", "")
     # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
-    generic = GENERIC_FOR["healthcheck"] if reboot else ""
+    generic = behaviour("healthcheck").generic_reason if reboot else ""
     if not rebooted_by_us(info, reason, prefix, generic):
         flags = node_flags(info)
         waiting = any(s in flags for s in REBOOT_STATES) and \
@@ -256,7 +257,7 @@ def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: State
              and not a.replace_only and not a.job_only]
     if not risky or dry_run or slurm is None:
         return [], None
-    if hook != "healthcheck":
+    if not behaviour(hook).tends_node:
         # A prolog or epilog never reads the whole node list (Slurm's guide: hooks
         # should not call Slurm commands): it honours the health checks' last view.
         why = _cached_breaker(state)

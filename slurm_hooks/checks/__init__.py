@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 
+from ..core.behaviour import behaviour
 from ..core.model import WARN, CheckRun, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -123,6 +124,7 @@ class Context:
         self.state = state
         self.runner = runner
         self.hook = hook             # check, healthcheck, prolog or epilog
+        self.behaviour = behaviour(hook)  # what this run may and must do (core/behaviour.py)
         self.job = job               # model.JobInfo in the prolog and epilog
         self.fs_timeout = fs_timeout  # a hook's shorter filesystem deadline
         self.notes: list[str] = []   # things a reader of the report should know

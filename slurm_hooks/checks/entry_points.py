@@ -122,7 +122,8 @@ class PluginCheck:
                 and isinstance(s[2], (int, float))]
 
     def tasks(self, ctx) -> list:
-        if not ctx.config.site_checks.entry_points or (ctx.hook not in self.hooks and ctx.hook != "check"):
+        run = ctx.behaviour
+        if not ctx.config.site_checks.entry_points or (run.site_hook not in self.hooks and not run.looks_only):
             self._skip = True
             return []
         if self.impl is None:

@@ -34,6 +34,7 @@ from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
+    from ..core.behaviour import Behaviour
     from ..core.config import Config
     from ..host.runner import Outcome as TaskOutcome
     from . import Context
@@ -46,7 +47,6 @@ SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
 # What a step that ran out of room says: no space (blocks or inodes), or over a quota.
 FULL_ERRNOS = ("ENOSPC", "EDQUOT")
 # The runs made for a job: there a full scratch holds the earlier job's files.
-JOB_HOOKS = ("prolog", "epilog")
 
 
 @dataclass
@@ -288,10 +288,10 @@ class FilesystemCheck:
         return None
 
     def _finding(self, t: Target, status: str, summary: str, detail: str = "",
-                 evidence: dict | None = None, hook: str = "") -> Finding:
+                 evidence: dict | None = None, for_job: bool = False) -> Finding:
         if status == "ok":
             severity = OK
-        elif status == "slow" or not t.required or (status == "full" and hook in JOB_HOOKS):
+        elif status == "slow" or not t.required or (status == "full" and for_job):
             severity = WARN
         else:
             severity = FAIL
@@ -310,10 +310,10 @@ class FilesystemCheck:
             fstype = m.fstype if m else "?"
             where = {"mountpoint": m.mountpoint if m else None, "fstype": fstype}
             o = outcomes[self.key(t.path)]
-            out.append(self._verdict(t, o, fstype, where, ctx.hook))
+            out.append(self._verdict(t, o, fstype, where, ctx.behaviour))
         return out
 
-    def _verdict(self, t: Target, o, fstype: str, where: dict, hook: str = "") -> Finding:
+    def _verdict(self, t: Target, o, fstype: str, where: dict, behaviour: Behaviour | None = None) -> Finding:
         ev = dict(where, pid=o.pid, elapsed=round(o.elapsed, 6))
         if o.status in (HUNG, STILL_HUNG):
             step = o.step or t.mode
@@ -329,7 +329,7 @@ class FilesystemCheck:
                                  detail=o.error, evidence=ev)
         v = o.value
         if not v.get("ok") and t.scratch and v["errno"] in FULL_ERRNOS:
-            return self._full(t, v, fstype, ev, hook)
+            return self._full(t, v, fstype, ev, behaviour)
         if not v.get("ok"):
             ev.update(step=v["step"], errno=v["errno"])
             return self._finding(t, "error", f"fs {t.path} {v['step']} failed {v['errno']} ({fstype})",
@@ -342,7 +342,7 @@ class FilesystemCheck:
         return self._finding(t, "ok", f"fs {t.path} ok {latency * 1000:.1f}ms ({fstype})",
                              detail=_steps(v), evidence=ev)
 
-    def _full(self, t: Target, v: dict, fstype: str, ev: dict, hook: str) -> Finding:
+    def _full(self, t: Target, v: dict, fstype: str, ev: dict, behaviour: Behaviour | None) -> Finding:
         """Node-local scratch out of room: jobs' files, not a sick node. Never hard,
         never a reboot: a drain for it is lifted by the health checks once space is
         back (policy.resume_after passing runs); the prolog and epilog only warn."""
@@ -360,14 +360,15 @@ class FilesystemCheck:
             left = (f"{_size(space['free_bytes'])} of {_size(space['size_bytes'])} free"
                     + (f", {space['free_inodes']} of {space['inodes']} inodes free" if space["inodes"] else ""))
         where = f"node-local scratch ({fstype} on {ev.get('mountpoint')})"
-        if hook in JOB_HOOKS:
-            then = (f"not failing the {hook}: jobs' files fill it; the health check drains the node "
+        for_job = behaviour is not None and behaviour.for_job
+        if behaviour is not None and for_job:
+            then = (f"not failing the {behaviour.name}: jobs' files fill it; the health check drains the node "
                     "resumably if it stays full")
         else:
             then = ("jobs' files fill it: a resumable drain, lifted once space is back "
                     "(policy.resume_after passing health checks)")
         detail = "; ".join(filter(None, [f"{v['step']}: {v.get('message', '')}", where, left, then]))
-        f = self._finding(t, "full", f"fs {t.path} {what} ({name})", detail=detail, evidence=ev, hook=hook)
+        f = self._finding(t, "full", f"fs {t.path} {what} ({name})", detail=detail, evidence=ev, for_job=for_job)
         f.resumable, f.hard, f.needs_reboot = True, False, False
         return f
 

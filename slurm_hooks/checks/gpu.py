@@ -99,7 +99,7 @@ class GpuCheck:
             self._skip = Finding(NAME, "gpu", "not_applicable", OK,
                                  "gpu: no NVIDIA driver on this node: not applicable")
             return []
-        if ctx.hook in ("prolog", "epilog"):
+        if ctx.behaviour.for_job:
             from .gpu_hooks import given_none
             self._skip = given_none(ctx)
             if self._skip is not None:
@@ -135,7 +135,7 @@ class GpuCheck:
         from .gpu_xid import remember_xids, xid_findings
         gpus = v.get("gpus", [])
         locate(ctx, gpus)
-        if ctx.hook in ("prolog", "epilog"):
+        if ctx.behaviour.for_job:
             from .gpu_hooks import hook_findings
             return system_errors(v) + hook_findings(ctx, cfg, gpus, v)
         out = system_errors(v)

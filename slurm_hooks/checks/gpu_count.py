@@ -109,7 +109,7 @@ def gres_count(ctx: Context) -> int | None:
     cached = ctx.state.load("gres")
     if cached and time.time() - float(cached.get("at", 0)) < GRES_TTL:
         return cached.get("gpus")
-    if ctx.hook == "check":
+    if ctx.behaviour.looks_only:
         ctx.notes.append("gpu count not checked against Slurm's Gres (check asks Slurm nothing; "
                          "set gpu.count, or a health check learns it)")
         return None

@@ -70,7 +70,7 @@ def hook_findings(ctx: Context, cfg: GpuConfig, gpus: list[dict], v: dict) -> li
     if unmatched:
         # A GPU that could not be read cannot say its minor number: it may be the one.
         mine += [g for g in gpus if g["status"] != "ok" and g.get("minor") is None and g not in mine]
-    hook_cfg = ctx.config.prolog if ctx.hook == "prolog" else ctx.config.epilog
+    hook_cfg = ctx.config.prolog if ctx.behaviour.before_job else ctx.config.epilog
     out = []
     if unmatched:
         out.append(Finding(NAME, "gpus", "unmatched", WARN,
@@ -82,7 +82,7 @@ def hook_findings(ctx: Context, cfg: GpuConfig, gpus: list[dict], v: dict) -> li
             continue
         who = f"gpu {g['index']} ({g.get('pci') or '?'})"
         procs = list({p["pid"]: p for p in (g.get("processes") or []) + (g.get("mps_processes") or [])}.values())
-        if ctx.hook == "prolog":
+        if ctx.behaviour.before_job:
             left = [(p["pid"], label) for p in procs
                     for kind, label in [gpu_process_owner(p["pid"], job.id, ctx.node)]
                     if kind == "no_job" or (kind in ("other_job", "mps_server") and not job.shared)]

@@ -198,7 +198,7 @@ class SiteCheck:
         cfg = ctx.config.site_checks
         if not cfg.enabled:
             return []
-        hook = "healthcheck" if ctx.hook == "check" else ctx.hook
+        hook = ctx.behaviour.site_hook
         try:
             dir_st = os.stat(cfg.dir)
             entries = sorted(os.listdir(cfg.dir))
@@ -258,7 +258,7 @@ class SiteCheck:
     @staticmethod
     def _env(ctx: Context) -> dict:
         env = {"PATH": PATH, "LC_ALL": "C", "SLURM_HOOKS_HOOK": ctx.hook, "SLURMD_NODENAME": ctx.node}
-        if ctx.hook in ("prolog", "epilog"):
+        if ctx.behaviour.for_job:
             env.update({k: v for k, v in os.environ.items() if k.startswith("SLURM_")})
             env["SLURMD_NODENAME"] = ctx.node
         return env

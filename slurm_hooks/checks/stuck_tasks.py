@@ -703,7 +703,7 @@ def _listpids(ctx: Context) -> dict[int, JobRef]:
     # sockets, there is no libslurm call for it (the pyslurm backend runs scontrol too).
     from ..slurm.api import SlurmError
     from ..slurm.scontrol import Slurm
-    if ctx.hook == "check":
+    if ctx.behaviour.looks_only:
         return {}          # a look asks Slurm nothing: the cgroup alone names the job
     try:
         return Slurm(ctx.config.slurm).listpids(ctx.node)

@@ -173,8 +173,6 @@ class ActionResult:
 # What one run of a hook made: its checks, findings, actions and own failures.
 HEALTHY, WARNING, UNHEALTHY = "healthy", "warning", "unhealthy"
 STATUS_OF = {OK: HEALTHY, WARN: WARNING, FAIL: UNHEALTHY}
-# The runs whose decisions are kept: a look (`check`) or a dry run keeps nothing.
-COMMITTING = ("healthcheck", "prolog", "epilog")
 
 
 @dataclass

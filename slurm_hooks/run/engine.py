@@ -14,7 +14,7 @@ import time
 
 from ..checks import Context, for_hook, run_checks
 from ..core.config import node_name
-from ..core.model import COMMITTING, CheckRun, RunRecord
+from ..core.model import CheckRun, RunRecord
 from ..core.state import state_dir
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -60,7 +60,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
                        report_only=act and not dry_run and cfg.actions.report_only,
                        job=job.id if job else None)
     beside = None
-    if hook == "healthcheck" and cfg.beside.command and not dry_run:   # it would act on its own
+    if ctx.behaviour.tends_node and cfg.beside.command and not dry_run:   # it would act on its own
         from .beside import Beside
         beside = Beside(cfg.beside, ctx.runner)      # runs alongside our own checks
     record.checks = run_checks(ctx, names or for_hook(hook))
@@ -75,7 +75,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
         record.actions = take_actions(cfg, node, record.findings, dry_run, state, hook, started=t0,
                                       others_failing=others_failing, notes=record.notes, picture=_job_picture)
     reap_finished()
-    if hook in COMMITTING and not dry_run:
+    if ctx.behaviour.commits and not dry_run:
         state.commit()
     record.warnings = state.warnings + children.warnings
     record.local_errors = state.errors + children.errors

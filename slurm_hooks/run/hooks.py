@@ -32,9 +32,9 @@ import os
 import sys
 import time
 
+from ..core.behaviour import behaviour
 from ..core.config import node_name
 from ..core.model import FAIL, UNHEALTHY, JobInfo, RunRecord
-from ..core.reason import GENERIC_FOR
 from ..core.state import state_dir
 from . import engine
 
@@ -42,7 +42,6 @@ TYPE_CHECKING = False          # not typing's: importing typing costs millisecon
 if TYPE_CHECKING:
     from ..core.config import Config
 
-GENERIC = GENERIC_FOR
 
 
 def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
@@ -87,7 +86,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     print(report.render_json(record) if as_json else report.render(record))
     if not failed:
         return 0
-    if hook == "epilog" and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
+    if behaviour(hook).drains_before_exit and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
             and drain.code != Code.FOREIGN_DRAIN:
         return 0           # drained with the precise reason already: no generic one on top
     return 1
@@ -102,12 +101,12 @@ def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, dr
     reason = drain.action.reason
     failing = [f for f in record.findings if f.severity == FAIL]
     state.save("hook-failure", {"hook": hook, "reason": reason, "at": time.time(),
-                                "job": job.id if job else None, "replaces": GENERIC[hook]})
+                                "job": job.id if job else None, "replaces": behaviour(hook).generic_reason})
     state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
                          "passes": 0, "at": time.time()})
     record.local_errors += state.errors
-    if hook == "prolog" or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
-        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
+    if behaviour(hook).acts_by_exit or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
+        spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay)
 
 
 def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float) -> None:
@@ -140,8 +139,7 @@ def config_error(hook: str, error, path: str | None = None) -> int:
     from ..sinks import journal
     from ..sinks.record import report_local
     from ..sinks.syslog import ERR, send
-    consequence = ("no checks run, nothing drained or resumed" if hook == "healthcheck"
-                   else "no checks run, the job is not held up")
+    consequence = behaviour(hook).on_config_error
     print(f"slurm-hooks {hook}: configuration error, {consequence}:\n{error}", file=sys.stderr)
     defaults = Config()
     send([(ERR, f"{hook}: configuration error, {consequence}: {error}")], defaults.syslog_socket,

@@ -4,7 +4,8 @@ a failure of any of them is our own local failure (core/errors.py), reported, ne
 """
 from __future__ import annotations
 
-from ..core.model import COMMITTING, HEALTHY, UNHEALTHY, RunRecord
+from ..core.behaviour import behaviour
+from ..core.model import HEALTHY, UNHEALTHY, RunRecord
 from ..core.state import state_dir
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -40,14 +41,14 @@ def _metrics_directory(cfg: Config, record: RunRecord) -> bool:
     """Whether the textfile can be written; if not, why goes into the run's record (a
     missing directory is a warning, one open to others our own local failure), never
     silence. Only the runs that write metrics ask."""
-    if not cfg.prometheus_textfile_dir or record.dry_run or record.hook not in COMMITTING:
+    if not cfg.prometheus_textfile_dir or record.dry_run or not behaviour(record.hook).commits:
         return False   # off; or a look or a dry run, which is not what happened on the node
     from .metrics import directory_problem
     problem = directory_problem(cfg.prometheus_textfile_dir)
     if problem is None:
         return True
     kind, text = problem
-    if record.hook == "healthcheck":   # the one that writes the file
+    if behaviour(record.hook).writes_metrics:
         (record.warnings if kind == "missing" else record.local_errors).append(text)
     # An unsafe directory still keeps the counters (write() refuses the file itself):
     # they are right again the moment the directory is fixed.
@@ -81,7 +82,7 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
         new["recoveries"] = recoveries
     if new != saved:
         state.save("metrics", new, durable=False)
-    if record.hook == "healthcheck":
+    if behaviour(record.hook).writes_metrics:
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir or "", record.node,
                     render(record, counters, last_success.get(record.hook),
