@@ -137,18 +137,19 @@ def test_execute_skips_what_the_ledger_holds():
 
 
 def test_hysteresis_needs_k_failures_except_hard_ones():
-    from slurm_hooks.decide.policy import hysteresis
+    from slurm_hooks.decide.policy import hold_back, hysteresis
     a = fs("/scratch")
-    counts = hysteresis([a], {}, {"filesystem": 2})
+    counts, waiting = hysteresis([a], {}, {"filesystem": 2})
+    assert waiting == [(a, 1, 2)] and a.severity == FAIL, "the decision reads its inputs only"
+    hold_back(waiting)
     assert a.severity == WARN and a.detail.startswith("failure 1 of 2 before draining")
     b = fs("/scratch")
-    counts = hysteresis([b], counts, {"filesystem": 2})
-    assert b.severity == FAIL and counts == {"filesystem:/scratch": 2}
+    counts, waiting = hysteresis([b], counts, {"filesystem": 2})
+    assert not waiting and b.severity == FAIL and counts == {"filesystem:/scratch": 2}
     # A pass in between starts the count again.
-    assert hysteresis([fs("/scratch", OK)], counts, {"filesystem": 2}) == {}
+    assert hysteresis([fs("/scratch", OK)], counts, {"filesystem": 2}) == ({}, [])
     s = stuck("9", 10)
-    hysteresis([s], {}, {"stuck_tasks": 5})
-    assert s.severity == FAIL, "hard failures drain at once"
+    assert hysteresis([s], {}, {"stuck_tasks": 5})[1] == [], "hard failures drain at once"
 
 
 def test_resume_after_m_passes_only_for_resumable_drains():

@@ -43,7 +43,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     another health check run beside this one (NHC) failed, so nothing is resumed."""
     from ..decide import policy
     counts = state.load("failures")
-    new_counts = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+    new_counts, waiting = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+    policy.hold_back(waiting)
     if new_counts != counts:
         state.save("failures", new_counts)
     run = behaviour(hook)
@@ -220,6 +221,17 @@ def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool
 # The picture may take at most this share of what is left of the run's action time:
 # the drain, comment and requeue it precedes must still fit before slurmd's kill.
 PICTURE_SHARE = 0.5
+
+
+def remember_hook_failure(state: StateStore, run, reason: str, job: str | None, resumable: bool) -> None:
+    """A prolog or epilog failed: the drain is Slurm's (its generic reason) or ours
+    without the health check's follow-up yet. What the next health check needs to put
+    the precise reason in place and, later, to resume: actuation's own state files,
+    written here and nowhere else."""
+    now = time.time()
+    state.save("hook-failure", {"hook": run.name, "reason": reason, "at": now, "job": job,
+                                "replaces": run.generic_reason})
+    state.save("drain", {"reason": reason, "resumable": resumable, "passes": 0, "at": now})
 
 
 def _job_picture(cfg: Config, actions, slurm, capture) -> None:

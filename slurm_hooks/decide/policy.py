@@ -114,12 +114,14 @@ def _killing_was_tried(f: Finding, ledger: dict, grace: float, now: float, reque
     return "wait"          # the requeue this run asks for has not happened yet
 
 
-def hysteresis(findings: list[Finding], counts: dict, failures_to_drain: dict) -> dict:
-    """Count consecutive failing runs per (check, target); a failing finding below its
-    check's `failures_to_drain` is reported as a warning, not acted on. Hard failures
-    (a lost GPU, a stuck task) are exempt. Returns the new counts."""
-    from ..core.model import WARN
+def hysteresis(findings: list[Finding], counts: dict, failures_to_drain: dict) -> tuple[dict, list]:
+    """Count consecutive failing runs per (check, target). Returns the new counts and
+    the failing findings still below their check's `failures_to_drain`, each as
+    (finding, failures so far, failures needed): those are to be reported as warnings,
+    not acted on (`hold_back`). Hard failures (a lost GPU, a stuck task) are exempt.
+    Reads its inputs only."""
     new = {}
+    waiting = []
     for f in findings:
         if f.severity != FAIL:
             continue
@@ -127,9 +129,18 @@ def hysteresis(findings: list[Finding], counts: dict, failures_to_drain: dict) -
         new[key] = int(counts.get(key, 0)) + 1
         need = int(failures_to_drain.get(f.check, 1))
         if not f.hard and new[key] < need:
-            f.severity = WARN
-            f.detail = (f"failure {new[key]} of {need} before draining; " + f.detail).strip("; ")
-    return new
+            waiting.append((f, new[key], need))
+    return new, waiting
+
+
+def hold_back(waiting: list) -> None:
+    """The run's record says what hysteresis decided: a failure not yet acted on reads
+    as a warning, with how many more it takes. The one step that changes findings,
+    done by the caller that owns the run's record (actuation)."""
+    from ..core.model import WARN
+    for f, seen, need in waiting:
+        f.severity = WARN
+        f.detail = (f"failure {seen} of {need} before draining; " + f.detail).strip("; ")
 
 
 def resume_decision(findings: list[Finding], drain: dict, node: str, resume_after: int) -> tuple[Action | None, dict]:

@@ -94,16 +94,15 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
 
 def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, drain) -> None:
     """Keep the precise reason locally, and have it replace Slurm's generic one."""
+    from ..act.actuation import remember_hook_failure
     from ..core.outcomes import Outcome
     from ..core.state import StateStore
     from ..host.runner import spawn_detached
     state = StateStore(state_dir(cfg, node))
     reason = drain.action.reason
     failing = [f for f in record.findings if f.severity == FAIL]
-    state.save("hook-failure", {"hook": hook, "reason": reason, "at": time.time(),
-                                "job": job.id if job else None, "replaces": behaviour(hook).generic_reason})
-    state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
-                         "passes": 0, "at": time.time()})
+    remember_hook_failure(state, behaviour(hook), reason, job.id if job else None,
+                          all(f.resumable for f in failing))
     record.local_errors += state.errors
     if behaviour(hook).acts_by_exit or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
         spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay)
