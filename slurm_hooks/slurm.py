@@ -70,9 +70,11 @@ _NO_CONFIG = ("Could not establish a configuration source",)
 
 
 def no_config_message(said: str) -> str:
-    """The real cause first, and what to set; scontrol's own words after."""
+    """The real cause first, and what to set; scontrol's own verdict after, without the
+    DNS SRV lookups it tried on the way (they only restate the cause)."""
+    verdict = [part for part in said.split("; ") if any(m in part for m in _NO_CONFIG)]
     return ("no Slurm configuration found; set slurm.conf (slurm-hooks' `slurm: {conf: PATH}`, or "
-            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {said}")
+            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {'; '.join(verdict) or said}")
 
 
 def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
