@@ -160,7 +160,7 @@ def _run_shown(block: str, config_path, tmp_path) -> str:
         r = subprocess.run([str(SLURM_HOOKS), "-c", str(config_path), *argv[1:]], capture_output=True,
                            text=True, timeout=60, cwd=tmp_path)
         out.append(line)
-        out.append(r.stdout.rstrip("\n"))
+        out.append((r.stdout + r.stderr).rstrip("\n"))
     return "\n".join(out)
 
 
@@ -177,6 +177,19 @@ def test_report_only_outputs_are_what_the_cli_prints(tmp_path):
     for block in output_blocks("test_report_only_outputs_are_what_the_cli_prints"):
         got = _run_shown(block, conf, tmp_path)
         got = got.replace(str(conf), "/etc/slurm-hooks/slurm-hooks.yaml").replace(str(tmp_path), "")
+        assert normalise(got) == normalise(block)
+
+
+def test_configuration_errors_are_what_config_check_prints(tmp_path):
+    """A file with a bad value on line 12 and a mistyped key on line 14: every problem
+    at once, each with its file, line and key."""
+    conf = tmp_path / "slurm-hooks.yaml"
+    conf.write_text("# this site's slurm-hooks configuration\n" + "#\n" * 8
+                    + "filesystems:\n  - path: /scratch\n    timeout: -3\nslurm:\n  timout: 5\n")
+    lines = conf.read_text().splitlines()
+    assert (lines[11], lines[13]) == ("    timeout: -3", "  timout: 5")
+    for block in output_blocks("test_configuration_errors_are_what_config_check_prints"):
+        got = _run_shown(block, conf, tmp_path).replace(str(conf), "/etc/slurm-hooks/slurm-hooks.yaml")
         assert normalise(got) == normalise(block)
 
 
