@@ -258,12 +258,17 @@ def manpage_cli(parser=None) -> str:
              "lock, metrics file or configuration cache): it says so on stderr and in syslog, and "
              "the prolog and epilog fail no job for it."),
         ".TP", _b(str(cli.EXIT_UNHEALTHY)),
-        roff("Unhealthy: a check failed (for the prolog and epilog: Slurm drains the node). status: "
-             "Slurm could not be asked."),
+        roff("Unhealthy: a check failed (for the prolog and epilog: Slurm drains the node). diagnose: "
+             "a node did not answer, a --record write failed, or the job could not be looked up "
+             "(not known to Slurm, or Slurm could not be asked). explain: no run of the node in the "
+             "journal and no drain recorded for it."),
         ".TP", _b(str(cli.EXIT_USAGE)),
         roff("Usage or configuration error; nothing was checked and nothing was done. The prolog and "
              "epilog exit 0 instead when the configuration is broken, so that a bad file pushed to "
              "every node fails no job; they log the error."),
+        ".TP", _b(str(cli.EXIT_NO_SLURM)),
+        roff("status: Slurm could not be asked (no configuration found on this node, slurmctld not "
+             "answering, scontrol missing); it judges no node, so this is not \"unhealthy\"."),
         ".SH ENVIRONMENT",
         ".TP", _b(config.ENV_VAR),
         roff(f"The configuration file, when --config is not given. Without either, "

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from .core.config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+# status judges no node, so "Slurm could not be asked" must not read as "unhealthy".
+EXIT_NO_SLURM = 3
 
 
 def _config_option(parser, default) -> None:
@@ -248,7 +250,7 @@ def _status(cfg: Config, as_json: bool) -> int:
         if as_json:
             _json_error("status", f"cannot ask Slurm: {e}")
         print(f"slurm-hooks status: cannot ask Slurm: {e}", file=sys.stderr)
-        return EXIT_UNHEALTHY
+        return EXIT_NO_SLURM
     print(json.dumps(st.to_json(), indent=2) if as_json else render(st))
     return EXIT_OK
 

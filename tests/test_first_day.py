@@ -151,7 +151,7 @@ def test_json_is_printed_for_errors_too(node, tmp_path):
         assert any("filesystems[0].timeout" in p for p in doc["problems"]), (cmd, doc)
     node.configure(slurm=node.no_config_slurm())
     r = node.run("status", "--json")
-    assert r.returncode == 1 and "no Slurm configuration found" in json.loads(r.stdout)["error"]
+    assert r.returncode == 3 and "no Slurm configuration found" in json.loads(r.stdout)["error"]
     node.run("healthcheck")
     doc = json.loads(node.run("explain", "--json").stdout)
     assert doc["node"] == "day1" and doc["runs"][-1]["status"] == "unhealthy"
@@ -230,6 +230,21 @@ def test_missing_or_unsafe_textfile_directory_is_in_the_runs_record(node, tmp_pa
     last = node.runs()[-1]
     assert any("not be writable by others" in e for e in last["local_errors"]), last
     assert not list(open_dir.iterdir())
+
+
+# --- 8. status says why it could not ask Slurm, in one line, with its own exit code ----
+
+def test_status_without_a_slurm_configuration_says_so_in_one_line_and_exits_3(node):
+    """No raw `resolve_ctls_from_dns_srv` chatter: the cause, what to set, scontrol's
+    verdict; and 3, not 1, which means "unhealthy" everywhere else."""
+    node.configure(slurm=node.no_config_slurm())
+    r = node.run("status")
+    assert r.returncode == 3 and r.stdout == "", (r.returncode, r.stdout)
+    [line] = r.stderr.splitlines()
+    assert line.startswith("slurm-hooks status: cannot ask Slurm: no Slurm configuration found; set slurm.conf")
+    assert "SLURM_CONF" in line and "configless DNS SRV records" in line, line
+    assert "resolve_ctls_from_dns_srv" not in line and "res_nsearch" not in line, line
+    assert line.endswith("scontrol said: scontrol: fatal: Could not establish a configuration source"), line
 
 
 # --- 7. docs name the installed paths ---------------------------------------------------

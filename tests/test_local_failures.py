@@ -102,8 +102,9 @@ def test_both_health_check_programs_treat_a_bad_config_alike(tmp_path):
     assert [(x["hook"], x["status"]) for x in journal(tmp_path)] == [("healthcheck", "config_error")] * 2
 
 
-def test_status_exits_1_when_it_cannot_ask_slurm(tmp_path, syslog):
-    """As the README says: `status` judges no node itself; 1 means Slurm did not answer."""
+def test_status_exits_3_when_it_cannot_ask_slurm(tmp_path, syslog):
+    """As the README says: `status` judges no node itself; 3 (not 1, "unhealthy") means
+    Slurm could not be asked."""
     cfg = config(tmp_path, syslog)
     r = subprocess.run([str(SLURM_HOOKS), "-c", cfg, "status"], capture_output=True, text=True, timeout=30)
-    assert r.returncode == 1 and "slurm-hooks status: cannot ask Slurm: scontrol not found" in r.stderr
+    assert r.returncode == 3 and "slurm-hooks status: cannot ask Slurm: scontrol not found" in r.stderr

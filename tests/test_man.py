@@ -56,11 +56,24 @@ def test_slurm_hooks_8_names_every_command_and_option(pages):
         assert program in text
     for name in REGISTRY:
         assert name in text
-    for code in (cli.EXIT_OK, cli.EXIT_UNHEALTHY, cli.EXIT_USAGE):
+    for code in (cli.EXIT_OK, cli.EXIT_UNHEALTHY, cli.EXIT_USAGE, cli.EXIT_NO_SLURM):
         assert f" {code} " in text
     for path in (config.DEFAULT_PATH, config.ENV_VAR, "/var/lib/slurm-hooks", "/var/log/slurm-hooks/journal.jsonl",
                  "/etc/slurm-hooks/checks.d/"):
         assert path in text, path
+
+
+def test_exit_status_says_what_each_command_means_by_it(pages):
+    """diagnose's 1 (a node did not answer) and status's own code for "Slurm could not be
+    asked" (3: status judges no node, so not 1, "unhealthy") are in the page."""
+    text = flat(render(pages / "slurm-hooks.8"))
+    codes = text.split(" EXIT STATUS ", 1)[1].split(" ENVIRONMENT ", 1)[0]
+    one = codes.split(f" {cli.EXIT_UNHEALTHY} ", 1)[1].split(f" {cli.EXIT_USAGE} ", 1)[0]
+    assert "diagnose: a node did not answer" in one, one
+    assert "status" not in one, "status never exits 1"
+    three = codes.split(f" {cli.EXIT_NO_SLURM} ", 1)[1]
+    assert cli.EXIT_NO_SLURM == 3 and three.startswith("status: Slurm could not be asked"), three
+    assert len({cli.EXIT_OK, cli.EXIT_UNHEALTHY, cli.EXIT_USAGE, cli.EXIT_NO_SLURM}) == 4
 
 
 def test_slurm_hooks_yaml_5_names_every_setting_with_its_default(pages):

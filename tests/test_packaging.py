@@ -147,7 +147,7 @@ def test_wheel_and_sdist_build(tmp_path):
               "packaging/prometheus/slurm-hooks-rules.yml", "packaging/grafana/slurm-hooks.json",
               "packaging/debian/slurm-hooks.lintian-overrides", "packaging/rpm/slurm-hooks.rpmlintrc",
               "packaging/rpm/rpmlint.toml", "tests/fake_nvml/pynvml.py",
-              "tests/run.sh", "README.md", "BENCHMARKS.md", "setup.cfg", "pyproject.toml", *SOURCES):
+              "tests/run.sh", "README.md", "docs/design.md", "docs/testing.md", "BENCHMARKS.md", "setup.cfg", "pyproject.toml", *SOURCES):
         assert f in names, f"sdist lacks {f}"
     assert not [n for n in names if n.endswith(".pyc") or "__pycache__" in n]
 

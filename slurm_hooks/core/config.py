@@ -311,7 +311,8 @@ class HookConfig:
     reason_delay: float = setting(5.0, kind="seconds", max=300,
                                   doc="After a failure, a detached helper waits this long, then asks "
                                   "Slurm once (one node, never the node list) and puts the precise "
-                                  "reason in place of Slurm's generic one (\"Prolog error\"). If "
+                                  "reason in place of Slurm's generic one (\"Prolog error\" after a "
+                                  "prolog, \"Epilog error\" after an epilog). If "
                                   "Slurm has not drained the node by then, the next health check does it.")
     reason_timeout: float = setting(60.0, kind="seconds",
                                     doc="No longer used: the helper no longer polls Slurm (see "

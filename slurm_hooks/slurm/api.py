@@ -83,9 +83,11 @@ NO_CONFIG = ("Could not establish a configuration source",)
 
 
 def no_config_message(said: str) -> str:
-    """The real cause first, and what to set; scontrol's own words after."""
+    """The real cause first, and what to set; scontrol's own verdict after, without the
+    DNS SRV lookups it tried on the way (they only restate the cause)."""
+    verdict = [part for part in said.split("; ") if any(m in part for m in NO_CONFIG)]
     return ("no Slurm configuration found; set slurm.conf (slurm-hooks' `slurm: {conf: PATH}`, or "
-            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {said}")
+            f"SLURM_CONF) or configless DNS SRV records; scontrol said: {'; '.join(verdict) or said}")
 
 
 # Slurm's stamp: ` [USER@TIME]`, appended by scontrol (slurm_sprint_node_table) to the
