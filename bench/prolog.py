@@ -41,7 +41,11 @@ sys.path.extend(SITEDIRS)
 marks = {}
 def mark(name):
     marks[name] = time.perf_counter()
-from slurm_hooks import cli, config, engine, hooks, journal, lock, report, sinks
+from slurm_hooks import cli
+from slurm_hooks.core import config, lock
+from slurm_hooks.run import engine, hooks
+from slurm_hooks.sinks import journal, report
+from slurm_hooks.sinks import record as sinks
 mark("imports")
 load, run, record, render, enter = config.load, engine.run, sinks.record_run, report.render, lock.HookLock.__enter__
 def timed(f, before, after):
