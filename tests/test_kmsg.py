@@ -62,3 +62,19 @@ def test_the_real_kernel_log_reads_in_order_and_from_a_position():
     middle = seqs[len(seqs) // 2]
     assert [r.seq for r in kmsg.read(after_seq=middle)][:1] == [s for s in seqs if s > middle][:1]
     assert kmsg.read(after_seq=seqs[-1] + 10**9) == []
+
+
+def test_a_log_with_nothing_to_match_compiles_no_pattern():
+    """A healthy node's log is read on every health check: records that do not start as
+    a matcher's messages start are never tried against its pattern, so `re` is never
+    imported for them; and every matcher's samples start with its declared start."""
+    import subprocess
+    import sys
+    for m in kmsg.MATCHERS:
+        assert m.sample.startswith(m.start), m.event
+    code = ("import sys\nfrom slurm_hooks.host import kmsg\n"
+            "recs = [kmsg.Record(seq=i, usec=i, prio=6, text=f'eth0: link up {i}', facility=0) for i in range(5000)]\n"
+            "assert not list(kmsg.match(recs, 'xid')) and not list(kmsg.match(recs, 'hung_task'))\n"
+            "print('re' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stdout + r.stderr

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 
+from ..core import lazyre
 from ..core.records import dataclass
 
 KMSG = "/dev/kmsg"
@@ -45,27 +45,31 @@ class Record:
 @dataclass(frozen=True)
 class Matcher:
     event: str
-    pattern: re.Pattern
+    # The literal start every message it matches has: a record is tried against the
+    # pattern only when its text starts so, so a healthy node's log of thousands of
+    # records compiles no pattern and imports no `re` (lazyre).
+    start: str
+    pattern: lazyre.LazyPattern
     meaning: str
     sample: str
 
 
 MATCHERS = [
-    Matcher("hung_task",
-            re.compile(r"INFO: task (?P<comm>.+?):(?P<pid>\d+) blocked for more than (?P<seconds>\d+) seconds"),
+    Matcher("hung_task", "INFO: task ",
+            lazyre.compile(r"INFO: task (?P<comm>.+?):(?P<pid>\d+) blocked for more than (?P<seconds>\d+) seconds"),
             "the kernel's hung-task detector saw this task in uninterruptible sleep",
             "INFO: task python:280058 blocked for more than 122 seconds."),
-    Matcher("xid",
-            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-                       r"\): "
-                       r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
+    Matcher("xid", "NVRM: Xid (",
+            lazyre.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+                           r"\): "
+                           r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
             "the NVIDIA driver reports an Xid event for the GPU at this PCI address (host/xid.py classifies it)",
             "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."),
     # The same on a MIG GPU: the driver names the GPU instance after the bus id.
-    Matcher("xid",
-            re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
-                       r" GPU-I:(?P<gi>\d+)\): "
-                       r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
+    Matcher("xid", "NVRM: Xid (",
+            lazyre.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+                           r" GPU-I:(?P<gi>\d+)\): "
+                           r"(?P<xid>\d+)(?:, pid=(?P<pid>\d+|'?<unknown>'?))?(?:, name=(?P<name>[^,]*))?,?\s*(?P<msg>.*)"),
             "an Xid event on a MIG GPU, naming the GPU instance (GPU-I) it happened in",
             "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=2407, name=python3, Contained: SM (0x1). RST: No, D-RST: No"),
 ]
@@ -143,6 +147,8 @@ def match(records: list[Record], event: str):
         if not rec.from_kernel:
             continue
         for m in matchers:
+            if not rec.text.startswith(m.start):
+                continue
             found = m.pattern.match(rec.text)
             if found:
                 yield rec, found
