@@ -1,5 +1,5 @@
 """The stuck-task check against real processes stuck in D on a hung FUSE mount
-(outside Slurm; the job cases run on the cluster in test_stuck_jobs_slurm.py)."""
+(outside Slurm; the job cases run on the cluster in test_stuck_jobs_cluster.py)."""
 from __future__ import annotations
 
 import json
