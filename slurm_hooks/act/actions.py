@@ -30,6 +30,7 @@ from ..slurm.api import (
     REBOOT_STATES,
     BackendError,
     OutOfTime,
+    SlurmCode,
     SlurmError,
     SlurmNotConfigured,
     SlurmUnavailable,
@@ -293,7 +294,7 @@ def _requeue(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "pending execution" in str(e):   # requeued by someone already
+            if e.code == SlurmCode.JOB_PENDING:   # requeued by someone already
                 return ActionResult(action, SKIPPED, f"job already requeued: {e}", code=Code.JOB_QUEUED)
             why = f"scontrol requeue refused: {e}"
     return _fallback(action, slurm, prefix, job, info, why)
@@ -361,7 +362,7 @@ def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     except SlurmUnavailable:
         raise
     except SlurmError as e:
-        if "RebootProgram" in str(e):
+        if e.code == SlurmCode.NO_REBOOT_PROGRAM:
             return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)",
                                 code=Code.NO_REBOOT_PROGRAM)
         raise

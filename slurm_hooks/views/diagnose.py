@@ -194,6 +194,7 @@ def srun_fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeou
     is left of it)."""
     from ..host.runner import run_command
     srun = os.path.join(os.path.dirname(slurm.scontrol or ""), "srun")
+    from ..slurm.scontrol import step_refused
     if slurm.scontrol is None or not os.access(srun, os.X_OK):
         raise DiagnoseError(f"srun not found next to scontrol in {slurm.where}")
     argv = srun_argv(srun, job, nodes, collector, timeout, sample, stacks)
@@ -210,7 +211,7 @@ def srun_fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeou
         else:
             out = printable(r.stdout.strip().splitlines()[0][:200]) if r.stdout.strip() else "nothing"
             said = said or (errors[-1] if errors else f"srun exited with status {r.rc}, its output: {out}")
-            refused = " (" + SRUN_REFUSED + ")" if "Access/permission denied" in said else ""
+            refused = " (" + SRUN_REFUSED + ")" if step_refused(said) else ""
             missing[node] = f"{node} gave no report: {said[:300]}{refused}"
     return reports, missing
 
@@ -267,13 +268,14 @@ def _keyed(doc: dict, node: str, job: str) -> dict:
 def _no_answer(node: str, a, deadline: float, user: str, said: str) -> str:
     """Why a node gave no report, in the words an admin acts on."""
     err = [printable(ln.strip()) for ln in (a.stderr if a else "").splitlines() if ln.strip()]
+    from .fanout import SSH_FAILED, SSH_TIMED_OUT
     last = err[-1][:300] if err else ""
     if a is None or a.timed_out:
         why = last or (said if a is None else "")
         return f"{node} did not answer within {deadline:g} s" + (f" ({why})" if why else "")
-    if a.rc == 255 and "timed out" in last.lower():
+    if a.code == SSH_TIMED_OUT:
         return f"{node} did not answer: ssh: {last}"          # a hung sshd, or a node gone
-    if a.rc == 255:
+    if a.code == SSH_FAILED:
         return f"{node} gave no report: ssh as {user} failed: {last or 'no message'} ({SSH_HOWTO})"
     if a.rc != 0:
         return f"{node} gave no report: the collector exited with status {a.rc}" + (f": {last}" if last else "")
