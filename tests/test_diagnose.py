@@ -6,8 +6,7 @@ import json
 import re
 from types import SimpleNamespace
 
-from slurm_hooks.host.runner import run_command
-from slurm_hooks.slurm.scontrol import SAFE_PATH
+from slurm_hooks.host.runner import SAFE_PATH, run_command
 from slurm_hooks.views.diagnose import _ranges, aggregate, default_collector, parse_labelled, render, step_env
 
 # What a terminal acts on, a line break, text turned right to left (reason._UNPRINTABLE).

@@ -451,6 +451,9 @@ def reap_finished() -> int:
         n += 1
 
 
+# The PATH of every program we run: HealthCheckProgram runs with none, and a job's
+# user must not choose what our programs find.
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # CommandResult.code: how a program's run ended, for decisions (message() is for people).
 RAN = "ran"                  # it ran and exited (rc says how)
 NOT_RUN = "not_run"          # exec failed: no such program, or not executable

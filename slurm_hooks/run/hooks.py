@@ -59,8 +59,7 @@ def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = Fals
 
 def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     from ..core.lock import Busy
-    from ..sinks import record as sinks
-    from ..sinks import report
+    from ..sinks.record import record_and_show
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
         return 0
@@ -83,8 +82,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
         failed = False      # the drain-storm breaker: report loudly, fail no job
     if failed and drain is not None and not dry_run:
         _after_failure(cfg, hook, node, job, record, drain)
-    sinks.record_run(cfg, record)
-    print(report.render_json(record) if as_json else report.render(record))
+    record_and_show(cfg, record, as_json)
     if not failed:
         return 0
     if hook == "epilog" and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \

@@ -192,6 +192,19 @@ def foreign_states(info: dict[str, str]) -> list[str]:
     return [s for s in FOREIGN_STATES if s in flags]
 
 
+def admin_comment(job: dict[str, str]) -> str:
+    """A job record's AdminComment, "" when it has none."""
+    value = job.get("AdminComment", "")
+    return "" if value == "(null)" else value
+
+
+def append_admin_comment(slurm: SlurmBackend, job: str, info: dict[str, str], text: str) -> None:
+    """Add `text` to the AdminComment of `job` (its record: `info`) after what an
+    admin, or an earlier run, wrote there: never in its place."""
+    old = admin_comment(info).strip()
+    slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
+
+
 class BackendError(SlurmError):
     """`slurm.backend: pyslurm` was asked for and cannot be used here."""
     code = SlurmCode.BACKEND_UNUSABLE

@@ -26,7 +26,7 @@ import re
 import sys
 import time
 
-from ..host.runner import NOT_RUN, CommandResult, run_command
+from ..host.runner import NOT_RUN, SAFE_PATH, CommandResult, run_command
 from .api import (
     MIN_CALL,
     NO_CONFIG,
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
     from .api import Choice
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Fields whose value is free text and may contain spaces (and even "Word=" pieces).
 FREE_TEXT = frozenset({"Reason", "Comment", "AdminComment", "Command", "WorkDir", "StdErr",
