@@ -94,7 +94,7 @@ def test_broken_config_fails_no_job(tmp_path):
 
 def test_failing_prolog_returns_at_once_and_frees_its_pipes(tmp_path, hung_mount):
     cfg = write_config(tmp_path / "c.yaml", tmp_path, filesystems=[{"path": str(hung_mount.path)}],
-                       prolog={"fs_timeout": 1, "reason_timeout": 1})
+                       prolog={"fs_timeout": 1})
     env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "hooknode", "SLURM_JOB_ID": "77"}
     t0 = time.monotonic()
     p = subprocess.Popen([str(BIN / "slurm-hooks-prolog")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -42,8 +42,6 @@ TYPE_CHECKING = False          # not typing's: importing typing costs millisecon
 if TYPE_CHECKING:
     from ..core.config import Config
 
-GENERIC = GENERIC_FOR
-
 
 def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
     """The prolog or epilog. Our own local failure (state, journal, lock, metrics,
@@ -100,12 +98,12 @@ def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, dr
     reason = drain.action.reason
     failing = [f for f in record.findings if f.severity == FAIL]
     state.save("hook-failure", {"hook": hook, "reason": reason, "at": time.time(),
-                                "job": job.id if job else None, "replaces": GENERIC[hook]})
+                                "job": job.id if job else None, "replaces": GENERIC_FOR[hook]})
     state.save("drain", {"reason": reason, "resumable": all(f.resumable for f in failing),
                          "passes": 0, "at": time.time()})
     record.local_errors += state.errors
     if hook == "prolog" or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
-        spawn_detached(fix_reason, cfg, node, reason, GENERIC[hook], getattr(cfg, hook).reason_delay)
+        spawn_detached(fix_reason, cfg, node, reason, GENERIC_FOR[hook], getattr(cfg, hook).reason_delay)
 
 
 def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float) -> None:
