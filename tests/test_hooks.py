@@ -8,19 +8,16 @@ import select
 import subprocess
 import time
 
+import helpers
 import pytest
-import yaml
 from helpers import BIN, SLURM_HOOKS, poll
 
 from slurm_hooks.core.model import JobInfo
 
 
 def write_config(path, tmp_path, **extra):
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-           "node_name": "hooknode", "slurm": {"bin_dir": str(tmp_path / "noslurm")}}
-    doc.update(extra)
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return helpers.write_config(path, tmp_path, **{"node_name": "hooknode",
+                                                   "slurm": {"bin_dir": str(tmp_path / "noslurm")}, **extra})
 
 
 def test_job_info_from_the_prolog_environment():
