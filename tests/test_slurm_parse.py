@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from slurm_hooks.slurm.api import SlurmCode, SlurmError, SlurmUnavailable, strip_reason_stamp
-from slurm_hooks.slurm.scontrol import parse_oneliner, said_code
+from slurm_hooks.slurm.scontrol import parse_oneliner, said_code, step_refused
 
 NODE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.12 "
         "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 "
@@ -167,3 +167,8 @@ def test_an_error_carries_its_code_and_its_words_apart():
     assert SlurmError("x").code == SlurmCode.REFUSED
     assert SlurmError("Invalid job id", code=SlurmCode.UNKNOWN_JOB).code == SlurmCode.UNKNOWN_JOB
     assert SlurmUnavailable("x").code == SlurmCode.UNREACHABLE and str(SlurmUnavailable("x")) == "x"
+
+
+def test_srun_refusing_a_step_to_someone_not_the_job_s_owner():
+    assert step_refused("srun: error: Unable to create step for job 7: Access/permission denied")
+    assert not step_refused("srun: error: b3: task 2: Exited with exit code 1")
