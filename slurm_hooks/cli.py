@@ -124,6 +124,21 @@ def _load_config(path_arg):
     return config.load(config.config_path(path_arg), mount_kind=_mount_kind)
 
 
+def _hook_config(hook: str, path_arg, as_json: bool = False) -> Config | int:
+    """The configuration a node command (healthcheck, prolog, epilog) runs with, or its
+    exit status when none loads: the failure is journalled the way slurmd's own
+    programs report theirs, and nothing is acted on (no drain for our own mistake)."""
+    from .core import config
+    try:
+        return _load_config(path_arg)
+    except config.ConfigError as e:
+        if as_json:
+            _json_error(hook, "configuration error", e.problems)
+        from .run.hooks import config_error
+        code = config_error(hook, e, config.config_path(path_arg))
+        return EXIT_USAGE if hook == "healthcheck" else code
+
+
 # The node commands cron, wrappers and admins run on every node, in their plain forms:
 # parsed by hand, since importing argparse and building the parser cost more than the
 # rest of a healthy run. Anything else (--help, abbreviations, mistakes) goes to
@@ -172,21 +187,21 @@ def main(argv: list[str] | None = None) -> int:
     from .core.config import ConfigError
     if args.command == "explain":          # reads the journal: a broken configuration must not stop it
         return _explain(args)
-    try:
-        if args.command == "config":
-            return _config_command(args)
-        cfg = _load_config(args.config)
-    except ConfigError as e:
-        if getattr(args, "json", False):
-            _json_error(args.command, "configuration error", e.problems)
-        if args.command in ("prolog", "epilog", "healthcheck"):
-            # The same as slurmd's own programs: journalled, nothing acted on.
-            from .core.config import config_path
-            from .run.hooks import config_error
-            code = config_error(args.command, e, config_path(args.config))
-            return EXIT_USAGE if args.command == "healthcheck" else code
-        print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.command in ("prolog", "epilog", "healthcheck"):
+        loaded = _hook_config(args.command, args.config, args.json)
+        if isinstance(loaded, int):
+            return loaded
+        cfg = loaded
+    else:
+        try:
+            if args.command == "config":
+                return _config_command(args)
+            cfg = _load_config(args.config)
+        except ConfigError as e:
+            if getattr(args, "json", False):
+                _json_error(args.command, "configuration error", e.problems)
+            print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
+            return EXIT_USAGE
     if args.command in ("prolog", "epilog"):
         from .run.hooks import run_hook
         return run_hook(cfg, args.command, dry_run=args.dry_run, as_json=args.json)
@@ -226,15 +241,13 @@ def _check(cfg: Config, args) -> int:
 def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
     from .core.lock import Busy
     from .run import engine
-    from .sinks import record as sinks
-    from .sinks import report
+    from .sinks.record import record_and_show
     try:
         record = engine.run_locked(cfg, "healthcheck", cfg.policy.lock_timeout, act=True, dry_run=dry_run)
     except Busy as e:
         print(f"slurm-hooks healthcheck: {e}; not checking this time", file=sys.stderr)
         return EXIT_OK
-    sinks.record_run(cfg, record)
-    print(report.render_json(record) if as_json else report.render(record))
+    record_and_show(cfg, record, as_json)
     return record.exit_code()
 
 
@@ -367,27 +380,15 @@ def _one_shot() -> None:
 def healthcheck_main() -> int:
     """Entry point for HealthCheckProgram (run by slurmd with no arguments)."""
     _one_shot()
-    from .core import config
-    from .core.config import ConfigError
-    try:
-        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
-    except ConfigError as e:
-        from .run.hooks import config_error
-        config_error("healthcheck", e, config.config_path(None))   # nothing drained for our own mistake
-        return EXIT_USAGE
-    return _healthcheck(cfg, dry_run=False)
+    cfg = _hook_config("healthcheck", None)
+    return cfg if isinstance(cfg, int) else _healthcheck(cfg, dry_run=False)
 
 
 def _hook_main(hook: str) -> int:
     _one_shot()
-    from .core import config
-    from .core.config import ConfigError
-    from .run.hooks import config_error, run_hook
-    try:
-        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
-    except ConfigError as e:
-        return config_error(hook, e, config.config_path(None))
-    return run_hook(cfg, hook)
+    from .run.hooks import run_hook
+    cfg = _hook_config(hook, None)
+    return cfg if isinstance(cfg, int) else run_hook(cfg, hook)
 
 
 def prolog_main() -> int:

@@ -119,24 +119,40 @@ def lock_ranks(odd: int, sleep: float = 0.5) -> str:
     return LOCK_RANKS.replace("ODD", str(odd)).replace("SLEEP", repr(sleep))
 
 
+def write_config(path: Path, root: Path, **doc) -> Path:
+    """A slurm-hooks configuration file at `path`: state and journal under `root`
+    (journal.jsonl), then `doc`'s settings over them."""
+    import yaml
+    path.write_text(yaml.safe_dump({"state_dir": str(root / "state"), "journal": str(root / "journal.jsonl"),
+                                    **doc}))
+    return path
+
+
+def run_record(config, *args: str, env: dict | None = None, timeout: float = 60, check: str | None = None) -> dict:
+    """`slurm-hooks [-c CONFIG] ARGS --json`, which must exit 0 (healthy) or 1 (not):
+    its record, with `rc`, `elapsed` (seconds) and `findings` (of every check kept in
+    `checks`: only `check`'s when given) added. `env` is the whole environment."""
+    import json
+    import subprocess
+    t0 = time.monotonic()
+    r = subprocess.run([str(SLURM_HOOKS), *(["-c", str(config)] if config is not None else []), *args, "--json"],
+                       capture_output=True, text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode in (0, 1), (args, r.stdout + r.stderr)
+    rec = json.loads(r.stdout)
+    rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
+    if check is not None:
+        rec["checks"] = [c for c in rec["checks"] if c["name"] == check]
+    rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+    return rec
+
+
 def manual_healthcheck(cluster, root: Path, node: str, timed: bool = False, **cfg):
     """`slurm-hooks healthcheck --json` as NODE of the test cluster, by hand: its record
     (and how long it took, when `timed`)."""
-    import json
-    import subprocess
-
-    import yaml
-    conf = root / f"{node}-manual.yaml"
-    doc = {"state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
-           "slurm": cluster.hooks_slurm(timeout=10)}
-    doc.update(cfg)
-    conf.write_text(yaml.safe_dump(doc))
-    t0 = time.monotonic()
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck", "--json"], capture_output=True,
-                       text=True, timeout=120, env={"SLURMD_NODENAME": node})
-    assert r.returncode in (0, 1), r.stderr
-    rec = json.loads(r.stdout)
-    return (rec, time.monotonic() - t0) if timed else rec
+    doc = {"journal": str(root / f"journal-{node}.jsonl"), "slurm": cluster.hooks_slurm(timeout=10), **cfg}
+    conf = write_config(root / f"{node}-manual.yaml", root, **doc)
+    rec = run_record(conf, "healthcheck", timeout=120, env={"SLURMD_NODENAME": node})
+    return (rec, rec["elapsed"]) if timed else rec
 
 
 # --- GPU tests: NVML scenarios for tests/fake_nvml and the kernel log ------------------

@@ -58,6 +58,11 @@ def test_unknown_keys_with_suggestion(tmp_path):
     assert got[2].startswith("x.yaml:6: filesystems[0].bogus: unknown setting")
 
 
+def test_a_removed_setting_is_an_unknown_one(tmp_path):
+    got = problems(tmp_path, "prolog:\n  reason_timeout: 60\n")
+    assert len(got) == 1 and got[0].startswith("x.yaml:2: prolog.reason_timeout: unknown setting"), got
+
+
 def test_missing_required_and_bad_values(tmp_path):
     text = ("filesystems:\n  - mode: write\n  - path: relative/dir\n  - path: /x\n    mode: writ\n"
             "  - path: /y\n    timeout: 2\n    warn_after: 5\n  - path: /y\nreason_prefix: '  '\n")

@@ -6,8 +6,7 @@ import json
 import re
 from types import SimpleNamespace
 
-from slurm_hooks.host.runner import run_command
-from slurm_hooks.slurm.scontrol import SAFE_PATH
+from slurm_hooks.host.runner import SAFE_PATH, run_command
 from slurm_hooks.views.diagnose import _ranges, aggregate, default_collector, parse_labelled, render, step_env
 
 # What a terminal acts on, a line break, text turned right to left (reason._UNPRINTABLE).
@@ -176,3 +175,15 @@ def test_the_remote_command_carries_nothing_of_the_callers_environment():
     assert argv[:6] == ["/usr/bin/env", "-i", "-C", "/", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
     assert "SLURM_HOOKS_CONFIG=/etc/x.yaml" in argv and argv[argv.index("--node") + 1] == NODE
     assert not [a for a in argv if a.startswith("PYTHON")]
+
+
+def test_how_a_node_s_ssh_ended_is_read_from_ssh_s_words_once():
+    from slurm_hooks.views.diagnose import _no_answer
+    from slurm_hooks.views.fanout import ANSWERED, SSH_FAILED, SSH_TIMED_OUT, NodeAnswer
+    hung = NodeAnswer(node="b3", rc=255, stderr="ssh: connect to host b3 port 22: Connection timed out\n\n")
+    refused = NodeAnswer(node="b3", rc=255, stderr="root@b3: Permission denied (publickey).\n")
+    said = NodeAnswer(node="b3", rc=3, stderr="the collector timed out\n")
+    assert [a.code for a in (hung, refused, said)] == [SSH_TIMED_OUT, SSH_FAILED, ANSWERED]
+    assert _no_answer("b3", hung, 5, "root", "").startswith("b3 did not answer: ssh: ")
+    assert _no_answer("b3", refused, 5, "root", "").startswith("b3 gave no report: ssh as root failed")
+    assert _no_answer("b3", said, 5, "root", "").startswith("b3 gave no report: the collector exited with status 3")

@@ -10,6 +10,8 @@ import time
 import pytest
 
 from slurm_hooks.checks.gpu import driver_present
+from slurm_hooks.host.runner import Runner, Task
+from slurm_hooks.views.jobreport import NodeReport, TaskInfo, _gpus, _nvml
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not driver_present(), reason="no NVIDIA driver on this machine")]
@@ -28,8 +30,17 @@ time.sleep(120)
 """
 
 
+def gpus_held(pids: list[int], timeout: float) -> tuple[dict[int, list[dict]], list[str]]:
+    """pid -> the GPUs it holds, and job-report's notes: its NVML child and its reading
+    of the answer, as `collect` runs them for a job's tasks."""
+    outcome = Runner().run([Task("jobreport:nvml", _nvml, (), timeout)])["jobreport:nvml"]
+    report = NodeReport(node="", job="")
+    infos = {p: TaskInfo(pid=p, ppid=0, comm="", uid=-1, step=None, local_task=None) for p in pids}
+    _gpus(report, infos, outcome)
+    return {p: i.gpus for p, i in infos.items()}, report.notes
+
+
 def test_a_real_process_and_its_gpu(tmp_path):
-    from slurm_hooks.views.jobreport import gpus_held
     p = subprocess.Popen([sys.executable, "-c", HOLD], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "ready"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from helpers import SLURM_HOOKS, poll, proc_state
+from helpers import SLURM_HOOKS, poll, proc_state, run_record
 
 
 @pytest.fixture
@@ -37,10 +37,7 @@ def hooks(tmp_path):
             return r
 
         def check(self):
-            r = self.run("check", "--json")
-            assert r.returncode in (0, 1), r.stderr
-            record = json.loads(r.stdout)
-            record["rc"], record["elapsed"] = r.returncode, r.elapsed
+            record = run_record(None, "check", env={"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(self.config)})
             record["by_path"] = {f["target"]: f for c in record["checks"] if c["name"] == "filesystem"
                                  for f in c["findings"]}
             return record

@@ -6,12 +6,11 @@ import copy
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, proc_state
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, proc_state, run_record
 
 FAKE = ROOT / "tests" / "fake_nvml"
 
@@ -36,14 +35,7 @@ def nvml(tmp_path):
             path = tmp_path / "scenario.json"
             path.write_text(json.dumps(scenario if scenario is not None else self.scenario))
             env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(path), "PATH": "/usr/bin:/bin"}
-            t0 = time.monotonic()
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "healthcheck", "--json"],
-                               capture_output=True, text=True, timeout=60, env=env)
-            assert r.returncode in (0, 1), r.stderr
-            rec = json.loads(r.stdout)
-            rec["checks"] = [c for c in rec["checks"] if c["name"] == "gpu"]
-            rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
-            rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+            rec = run_record(self.config, "healthcheck", env=env, check="gpu")
             rec["bad"] = [f for f in rec["findings"] if f["severity"] != "ok"]
             return rec
     n = N()

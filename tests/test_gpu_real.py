@@ -13,11 +13,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 import pytest
-import yaml
-from helpers import SLURM_HOOKS
+from helpers import SLURM_HOOKS, run_record, write_config
 
 from slurm_hooks.checks.gpu import driver_present
 from slurm_hooks.checks.gpu_count import pci_gpus
@@ -27,22 +25,14 @@ pytestmark = [pytest.mark.gpu,
 
 
 def config(tmp_path, **gpu_cfg):
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j"),
-                                   "node_name": "gpunode", "filesystems": [{"path": str(tmp_path)}],
-                                   "gpu": {"timeout": 30, **gpu_cfg}}))
-    return cfg
+    return write_config(tmp_path / "c.yaml", tmp_path, node_name="gpunode", filesystems=[{"path": str(tmp_path)}],
+                        gpu={"timeout": 30, **gpu_cfg})
 
 
 def check(tmp_path, **gpu_cfg):
     cfg = config(tmp_path, **gpu_cfg)
-    t0 = time.monotonic()
-    r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "check", "gpu", "--json"],
-                       capture_output=True, text=True, timeout=120)
-    elapsed = time.monotonic() - t0
-    assert r.returncode in (0, 1), r.stderr
-    rec = json.loads(r.stdout)
-    return rec, [f for c in rec["checks"] for f in c["findings"]], elapsed
+    rec = run_record(cfg, "check", "gpu", timeout=120)
+    return rec, rec["findings"], rec["elapsed"]
 
 
 def healthy_gpus(findings) -> list[dict]:

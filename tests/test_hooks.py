@@ -8,19 +8,16 @@ import select
 import subprocess
 import time
 
+import helpers
 import pytest
-import yaml
 from helpers import BIN, SLURM_HOOKS, poll
 
 from slurm_hooks.core.model import JobInfo
 
 
 def write_config(path, tmp_path, **extra):
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-           "node_name": "hooknode", "slurm": {"bin_dir": str(tmp_path / "noslurm")}}
-    doc.update(extra)
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return helpers.write_config(path, tmp_path, **{"node_name": "hooknode",
+                                                   "slurm": {"bin_dir": str(tmp_path / "noslurm")}, **extra})
 
 
 def test_job_info_from_the_prolog_environment():
@@ -94,7 +91,7 @@ def test_broken_config_fails_no_job(tmp_path):
 
 def test_failing_prolog_returns_at_once_and_frees_its_pipes(tmp_path, hung_mount):
     cfg = write_config(tmp_path / "c.yaml", tmp_path, filesystems=[{"path": str(hung_mount.path)}],
-                       prolog={"fs_timeout": 1, "reason_timeout": 1})
+                       prolog={"fs_timeout": 1})
     env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "hooknode", "SLURM_JOB_ID": "77"}
     t0 = time.monotonic()
     p = subprocess.Popen([str(BIN / "slurm-hooks-prolog")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)

@@ -8,8 +8,7 @@ import socket
 import subprocess
 
 import pytest
-import yaml
-from helpers import BIN, SLURM_HOOKS
+from helpers import BIN, SLURM_HOOKS, write_config
 
 
 @pytest.fixture
@@ -37,14 +36,11 @@ def syslog(tmp_path):
 def config(tmp_path, syslog, **extra) -> str:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where a directory should be\n")
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-           "node_name": "n1", "slurm": {"bin_dir": str(tmp_path / "noslurm")},
+    doc = {"node_name": "n1", "slurm": {"bin_dir": str(tmp_path / "noslurm")},
            "filesystems": [{"path": str(tmp_path)}], "gpu": {"enabled": "false"},
            "syslog_socket": str(syslog.socket)}
     doc.update({k: (str(blocker / v) if k in ("state_dir", "journal") else v) for k, v in extra.items()})
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return str(path)
+    return str(write_config(tmp_path / "c.yaml", tmp_path, **doc))
 
 
 def run(program: str, cfg: str, *args: str) -> subprocess.CompletedProcess:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, poll, proc_state
+from helpers import ROOT, KernelLog, gpu, poll, proc_state, run_record
 
 FAKE = ROOT / "tests" / "fake_nvml"
 OPEN_LOG = "import sys\nopen(sys.argv[1] + '/run/main_log.txt', 'a')\n"
@@ -35,10 +35,7 @@ class Node:
         self.env = {"PYTHONPATH": str(FAKE), "FAKE_NVML_SCENARIO": str(scenario), "PATH": "/usr/bin:/bin"}
 
     def run(self, *args: str) -> dict:
-        r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), *args, "--json"],
-                           capture_output=True, text=True, timeout=60, env=self.env)
-        assert r.returncode in (0, 1), (args, r.stderr)
-        return json.loads(r.stdout)
+        return run_record(self.config, *args, env=self.env)
 
     def snapshot(self) -> dict[str, bytes]:
         """Every state file, by name, with its bytes (lock files hold only a pid)."""

@@ -7,7 +7,7 @@ import time
 from helpers import proc_state
 
 from slurm_hooks.core.state import StateStore
-from slurm_hooks.host.runner import DONE, FAILED, HUNG, Runner, Task, run_command
+from slurm_hooks.host.runner import DONE, FAILED, HUNG, NOT_RUN, RAN, TIMED_OUT, Runner, Task, run_command
 
 
 def _ok(progress, x):
@@ -87,6 +87,13 @@ def test_run_command_reports_message_and_deadline():
     r = run_command(["/bin/sh", "-c", "sleep 30 & sleep 30"], 0.3)
     assert r.timed_out and r.rc is None and time.monotonic() - t0 < 0.6
     assert run_command(["/nonexistent/scontrol"], 5).rc == 127
+
+
+def test_run_command_gives_a_code_of_how_it_ended():
+    assert run_command(["/nonexistent/sinfo"], 5).code == NOT_RUN
+    assert run_command(["/bin/sh", "-c", "exit 127"], 5).code == RAN          # a program's own 127
+    assert run_command(["/bin/sh", "-c", "echo 'cannot run x' >&2; exit 1"], 5).code == RAN
+    assert run_command(["/bin/sh", "-c", "sleep 5"], 0.2).code == TIMED_OUT
 
 
 def test_a_child_that_answered_in_time_is_no_hang_when_collected_late(tmp_path):

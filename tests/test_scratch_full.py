@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from attacker import PY, unprivileged_user
-from helpers import SLURM_HOOKS
+from helpers import SLURM_HOOKS, run_record
 
 from slurm_hooks.host.mounts import MountTable, parse_mountinfo
 
@@ -117,11 +117,7 @@ def hooks(tmp_path):
         def run(self, hook: str) -> dict:
             env = {"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": NODE, "SLURM_JOB_ID": "4242",
                    "SLURM_JOB_UID": "4242"}
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), hook, "--json"],
-                               capture_output=True, text=True, timeout=60, env=env)
-            assert r.returncode in (0, 1), r.stdout + r.stderr
-            record = json.loads(r.stdout)
-            record["rc"] = r.returncode
+            record = run_record(self.config, hook, env=env)
             [record["finding"]] = [f for c in record["checks"] if c["name"] == "filesystem"
                                    for f in c["findings"]]
             return record

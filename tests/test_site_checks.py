@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import time
 
 import pytest
 import yaml
-from helpers import SLURM_HOOKS, poll, proc_state
+from helpers import poll, proc_state, run_record
 
 
 @pytest.fixture
@@ -45,14 +43,7 @@ def site(tmp_path):
             return (self.marks / name).exists()
 
         def run(self, *args, env=None, timeout=60):
-            t0 = time.monotonic()
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), *args, "--json"], capture_output=True,
-                               text=True, timeout=timeout, env={"PATH": "/usr/bin:/bin", **(env or {})},
-                               stdin=subprocess.DEVNULL)
-            assert r.returncode in (0, 1), r.stderr
-            rec = json.loads(r.stdout)
-            rec["elapsed"] = time.monotonic() - t0
-            rec["rc"] = r.returncode
+            rec = run_record(self.config, *args, env={"PATH": "/usr/bin:/bin", **(env or {})}, timeout=timeout)
             rec["by_name"] = {f["target"]: f for c in rec["checks"] for f in c["findings"] if f["check"] == "site"}
             return rec
 

@@ -1,8 +1,8 @@
 """Parsing scontrol's one-line Key=Value output, including free text with spaces."""
 from __future__ import annotations
 
-from slurm_hooks.slurm.api import strip_reason_stamp
-from slurm_hooks.slurm.scontrol import parse_oneliner
+from slurm_hooks.slurm.api import SlurmCode, SlurmError, SlurmUnavailable, strip_reason_stamp
+from slurm_hooks.slurm.scontrol import parse_oneliner, said_code, step_refused
 
 NODE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.12 "
         "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 "
@@ -147,3 +147,28 @@ def test_pyslurm_records_carry_the_stamp_as_scontrol_prints_it():
     Node.reason_time = time.mktime((2026, 11, 29, 22, 20, 46, 0, 0, -1))
     assert _node_dict(Node())["Reason"] == Node.reason + REAL
     assert strip_reason_stamp(_node_dict(Node())["Reason"]) == Node.reason
+
+
+def test_slurm_words_become_codes_in_one_place():
+    cases = {
+        "slurm_load_node error: Unable to contact slurm controller (connect failure)": SlurmCode.UNREACHABLE,
+        "Could not establish a configuration source": SlurmCode.NO_CONFIG,
+        "Node n9 not found": SlurmCode.UNKNOWN_NODE,
+        "slurm_load_jobs error: Invalid job id specified": SlurmCode.UNKNOWN_JOB,
+        "No job steps exist on this node.": SlurmCode.NO_STEPS,
+        "Requested operation is presently disabled for job 7: Job is pending execution": SlurmCode.JOB_PENDING,
+        "reboot_nodes error: RebootProgram isn't defined": SlurmCode.NO_REBOOT_PROGRAM,
+        "Access/permission denied": SlurmCode.REFUSED,
+    }
+    assert {said: said_code(said) for said in cases} == cases
+
+
+def test_an_error_carries_its_code_and_its_words_apart():
+    assert SlurmError("x").code == SlurmCode.REFUSED
+    assert SlurmError("Invalid job id", code=SlurmCode.UNKNOWN_JOB).code == SlurmCode.UNKNOWN_JOB
+    assert SlurmUnavailable("x").code == SlurmCode.UNREACHABLE and str(SlurmUnavailable("x")) == "x"
+
+
+def test_srun_refusing_a_step_to_someone_not_the_job_s_owner():
+    assert step_refused("srun: error: Unable to create step for job 7: Access/permission denied")
+    assert not step_refused("srun: error: b3: task 2: Exited with exit code 1")

@@ -1,5 +1,5 @@
 """The stuck-task check against real processes stuck in D on a hung FUSE mount
-(outside Slurm; the job cases run on the cluster in test_stuck_jobs_slurm.py)."""
+(outside Slurm; the job cases run on the cluster in test_stuck_jobs_cluster.py)."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import time
 
 import pytest
 import yaml
-from helpers import SLURM_HOOKS, KernelLog, poll, proc_state
+from helpers import KernelLog, poll, proc_state, run_record
 
 OPEN_LOG = """
 import sys
@@ -48,15 +48,7 @@ def stuck_check(tmp_path):
             return p
 
         def run(self):
-            t0 = time.monotonic()
-            r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), "healthcheck", "--json"],
-                               capture_output=True, text=True, timeout=60)
-            assert r.returncode in (0, 1), r.stderr
-            rec = json.loads(r.stdout)
-            rec["checks"] = [c for c in rec["checks"] if c["name"] == "stuck_tasks"]
-            rec["rc"], rec["elapsed"] = r.returncode, time.monotonic() - t0
-            rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
-            return rec
+            return run_record(self.config, "healthcheck", check="stuck_tasks")
 
         def about(self, rec, pid):
             return [f for f in rec["findings"] if f["evidence"].get("pid") == pid]

@@ -1,6 +1,6 @@
 """The stuck-task check on a captured-style /proc tree: cgroup v2 attribution, other
 nodes' jobs, kernel threads, our own probes, GPU-driver hangs, file and mount lookup.
-Real D states are tested in test_stuck_tasks.py and test_stuck_jobs_slurm.py; this
+Real D states are tested in test_stuck_tasks.py and test_stuck_jobs_cluster.py; this
 covers the layouts this machine does not have (cgroup v2, GPFS, the NVIDIA driver)."""
 from __future__ import annotations
 

@@ -30,9 +30,12 @@ from ..slurm.api import (
     REBOOT_STATES,
     BackendError,
     OutOfTime,
+    SlurmCode,
     SlurmError,
     SlurmNotConfigured,
     SlurmUnavailable,
+    admin_comment,
+    append_admin_comment,
     foreign_states,
     node_flags,
     node_is_drained,
@@ -245,21 +248,13 @@ def _comment(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     job, info, refused = _show_job(action, slurm)
     if refused is not None:
         return refused
-    if action.text in _admin_comment(info):
+    if action.text in admin_comment(info):
         return ActionResult(action, SKIPPED, "the job's AdminComment already holds this diagnosis",
                             code=Code.COMMENT_PRESENT)
-    _append_comment(slurm, job, info, action.text)
+    append_admin_comment(slurm, job, info, action.text)
     return ActionResult(action, DONE, f"on {job}" if job != action.job else "")
 
 
-def _admin_comment(info: dict) -> str:
-    value = info.get("AdminComment", "")
-    return "" if value == "(null)" else value
-
-
-def _append_comment(slurm: SlurmBackend, job: str, info: dict, text: str) -> None:
-    old = _admin_comment(info)
-    slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
 
 
 def _running_job(action: Action, slurm: SlurmBackend) -> tuple[str, dict, ActionResult | None]:
@@ -293,7 +288,7 @@ def _requeue(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "pending execution" in str(e):   # requeued by someone already
+            if e.code == SlurmCode.JOB_PENDING:   # requeued by someone already
                 return ActionResult(action, SKIPPED, f"job already requeued: {e}", code=Code.JOB_QUEUED)
             why = f"scontrol requeue refused: {e}"
     return _fallback(action, slurm, prefix, job, info, why)
@@ -306,7 +301,7 @@ def _fallback(action: Action, slurm: SlurmBackend, prefix: str, job: str, info: 
     # Record why on the job first: a cancelled job may no longer take updates.
     text = one_line(f"{prefix} not requeued ({why}); {note}")
     try:
-        _append_comment(slurm, job, slurm.show_job(job) or info, text)
+        append_admin_comment(slurm, job, slurm.show_job(job) or info, text)
     except SlurmUnavailable:
         raise
     except SlurmError as e:
@@ -361,7 +356,7 @@ def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     except SlurmUnavailable:
         raise
     except SlurmError as e:
-        if "RebootProgram" in str(e):
+        if e.code == SlurmCode.NO_REBOOT_PROGRAM:
             return ActionResult(action, FAILED, f"reboot not possible: {e} (set RebootProgram in slurm.conf)",
                                 code=Code.NO_REBOOT_PROGRAM)
         raise

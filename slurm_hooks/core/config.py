@@ -314,9 +314,6 @@ class HookConfig:
                                   "reason in place of Slurm's generic one (\"Prolog error\" after a "
                                   "prolog, \"Epilog error\" after an epilog). If "
                                   "Slurm has not drained the node by then, the next health check does it.")
-    reason_timeout: float = setting(60.0, kind="seconds",
-                                    doc="No longer used: the helper no longer polls Slurm (see "
-                                    "reason_delay). Accepted so that older files still load.")
 
 
 @dataclass

@@ -8,6 +8,11 @@ _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
 LIMIT = 1 << 16          # names one expression may stand for
 
 
+def natural_key(name: str) -> list:
+    """Sort key of a node name in the order people count: n2 before n10."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
+
+
 class HostlistError(ValueError):
     pass
 

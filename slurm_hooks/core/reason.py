@@ -110,7 +110,6 @@ def shorten_path(path: str, limit: int = 80) -> str:
 # admin's words. Matched by prefix: from Slurm 25.05 on the last one reads
 # `Kill task failed (JobId=N StepId=S)`.
 PROLOG_ERROR, EPILOG_ERROR, KILL_TASK_FAILED = "Prolog error", "Epilog error", "Kill task failed"
-GENERIC_REASONS = (PROLOG_ERROR, EPILOG_ERROR, KILL_TASK_FAILED)
 
 
 def is_generic(reason: str, generic: str) -> bool:

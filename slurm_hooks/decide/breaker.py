@@ -34,9 +34,9 @@ its drain must be visible to the others before it can learn it came too late.
 from __future__ import annotations
 
 import math
-import re
 import time
 
+from ..core.hostlist import natural_key
 from ..core.records import dataclass, field
 from ..slurm.api import foreign_states, node_is_drained, reason_is_current, stamp_time, strip_reason_stamp
 
@@ -76,10 +76,6 @@ def settle(after: float, now: float | None = None, skew: float = CLOCK_SKEW) -> 
     return max(0.0, math.floor(after + skew) + 1 + skew - now)
 
 
-def _natural(name: str) -> list:
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
-
-
 def can_overflow(view: ClusterView, policy) -> bool:
     """Could simultaneous drains go past the limit? Not when the limit is at least the
     cluster's size (a small cluster under the default 10 nodes): no re-read then."""
@@ -93,7 +89,7 @@ def keepers(view: ClusterView, policy) -> list[str] | None:
     cap = limit(view, policy)
     if cap is None or len(view.ours) <= cap:
         return None
-    order = sorted(view.ours, key=lambda n: (view.stamps.get(n, ""), _natural(n)))
+    order = sorted(view.ours, key=lambda n: (view.stamps.get(n, ""), natural_key(n)))
     return order[:cap]
 
 

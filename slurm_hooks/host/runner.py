@@ -451,6 +451,19 @@ def reap_finished() -> int:
         n += 1
 
 
+# The PATH of every program we run: HealthCheckProgram runs with none, and a job's
+# user must not choose what our programs find.
+SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# CommandResult.code: how a program's run ended, for decisions (message() is for people).
+RAN = "ran"                  # it ran and exited (rc says how)
+NOT_RUN = "not_run"          # exec failed: no such program, or not executable
+TIMED_OUT = "timed_out"      # no exit within its deadline: killed
+NOT_STARTED = "not_started"  # an earlier run's child for this target is still stuck
+# What the child says when exec fails, with EXEC_FAILED as its exit status (a shell's).
+_CANNOT_RUN = "cannot run "
+EXEC_FAILED = 127
+
+
 @dataclass
 class CommandResult:
     argv: list
@@ -467,6 +480,16 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.rc == 0
+
+    @property
+    def code(self) -> str:
+        if self.not_started:
+            return NOT_STARTED
+        if self.timed_out:
+            return TIMED_OUT
+        if self.rc == EXEC_FAILED and self.stderr.startswith(_CANNOT_RUN):
+            return NOT_RUN
+        return RAN
 
     def message(self) -> str:
         """What the command itself said, for error reports."""
@@ -503,11 +526,11 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
             os.execve(argv[0], argv, env if env is not None else os.environ)
         except OSError as e:
             try:
-                os.write(2, f"cannot run {argv[0]}: {e.strerror}\n".encode())
+                os.write(2, f"{_CANNOT_RUN}{argv[0]}: {e.strerror}\n".encode())
             except OSError:
                 pass
         finally:
-            os._exit(127)
+            os._exit(EXEC_FAILED)
     os.close(out_w)
     os.close(err_w)
     bufs = {out_r: bytearray(), err_r: bytearray()}

@@ -17,13 +17,12 @@ from __future__ import annotations
 import os
 
 from ..core.reason import one_line
-from ..host.runner import DONE, Task
+from ..host.runner import DONE, SAFE_PATH, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import BesideConfig
 
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TAIL = 400
 
 

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from ..core.config import Config
 
 
-
 def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
     """The prolog or epilog. Our own local failure (state, journal, lock, metrics,
     configuration cache: core/errors.py) never fails the job: reported, then exit 0."""
@@ -58,8 +57,7 @@ def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = Fals
 
 def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     from ..core.lock import Busy
-    from ..sinks import record as sinks
-    from ..sinks import report
+    from ..sinks.record import record_and_show
     hook_cfg = getattr(cfg, hook)
     if not hook_cfg.enabled:
         return 0
@@ -82,8 +80,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
         failed = False      # the drain-storm breaker: report loudly, fail no job
     if failed and drain is not None and not dry_run:
         _after_failure(cfg, hook, node, job, record, drain)
-    sinks.record_run(cfg, record)
-    print(report.render_json(record) if as_json else report.render(record))
+    record_and_show(cfg, record, as_json)
     if not failed:
         return 0
     if behaviour(hook).drains_before_exit and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \

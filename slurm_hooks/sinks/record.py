@@ -16,6 +16,14 @@ if TYPE_CHECKING:
 STATE = ("metrics",)        # the counters and last success the textfile carries across runs
 
 
+def record_and_show(cfg: Config, record: RunRecord, as_json: bool) -> None:
+    """A run's last steps in every entry point that acts: into the sinks, then its
+    report (or the record as JSON) on stdout."""
+    from . import report
+    record_run(cfg, record)
+    print(report.render_json(record) if as_json else report.render(record))
+
+
 def record_run(cfg: Config, record: RunRecord) -> None:
     """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
     from .journal import append

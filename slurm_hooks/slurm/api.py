@@ -5,7 +5,8 @@ Every implementation (`scontrol.Slurm`, `pyslurm.PyslurmBackend`, `fake.FakeSlur
 gives the same records and raises the same errors: `SlurmError` (Slurm said no),
 `SlurmUnavailable` (no slurmctld answered: the action is spooled), `SlurmNotConfigured`
 (no configuration at all), `OutOfTime` (the run's deadline for Slurm calls is spent).
-Decisions read these types and `code`s, never Slurm's words.
+Each carries a `SlurmCode` (`code`), set where the backend reads Slurm's words;
+decisions read these types and codes, never the words.
 """
 from __future__ import annotations
 
@@ -55,31 +56,63 @@ if TYPE_CHECKING:
         def listpids(self, node: str) -> dict: ...
 
 
+class SlurmCode:
+    """Why a Slurm operation failed: `SlurmError.code`. A backend sets it where it reads
+    Slurm's words (or pyslurm's), the one place that does; every decision reads it."""
+    REFUSED = "refused"                      # Slurm said no, for no reason below
+    UNREACHABLE = "unreachable"              # no slurmctld answered (or no scontrol)
+    NO_CONFIG = "no_config"                  # no Slurm configuration at all
+    OUT_OF_TIME = "out_of_time"              # the run's time for Slurm calls is spent
+    NO_PROGRAM = "no_program"                # the Slurm program (sinfo, scancel) cannot be run
+    UNKNOWN_NODE = "unknown_node"            # Slurm knows no such node
+    UNKNOWN_JOB = "unknown_job"              # Slurm knows no such job (any more)
+    NO_STEPS = "no_steps"                    # listpids: no job step on the node
+    JOB_PENDING = "job_pending"              # requeue: the job is pending already (requeued by someone)
+    NO_REBOOT_PROGRAM = "no_reboot_program"  # reboot: slurm.conf sets no RebootProgram
+    BACKEND_UNUSABLE = "backend_unusable"    # the backend asked for cannot be used here
+
+
 class SlurmError(Exception):
-    """A Slurm operation failed; str() is what scontrol said."""
+    """A Slurm operation failed; str() is what Slurm said (for people), `code` why (for
+    decisions)."""
+    code = SlurmCode.REFUSED
+
+    def __init__(self, message: str = "", code: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
 
 
 class SlurmUnavailable(SlurmError):
     """No scontrol, or no slurmctld answering."""
+    code = SlurmCode.UNREACHABLE
 
 
 class SlurmNotConfigured(SlurmError):
     """scontrol found no Slurm configuration (no slurm.conf, no configless source): no
     controller was asked, so nothing refused; retrying the same call cannot help."""
+    code = SlurmCode.NO_CONFIG
 
 
 class OutOfTime(SlurmUnavailable):
     """The run's time for Slurm calls is spent: not tried, to be tried by a later run."""
+    code = SlurmCode.OUT_OF_TIME
 
 
 # A call needs at least this long: scontrol itself takes a few tens of milliseconds,
 # and a call cut short by the deadline is a call wasted.
 MIN_CALL = 1.0
-# Messages of scontrol that mean "no slurmctld answered", not "slurmctld said no".
+# What Slurm says, read by the backends alone (slurm/scontrol.py's said_code): the
+# messages that mean "no slurmctld answered", not "slurmctld said no".
 UNREACHABLE = ("Unable to contact slurm controller", "Zero Bytes were transmitted",
                 "Socket timed out on send/recv")
 # What scontrol says when it has no configuration at all (before asking anyone).
 NO_CONFIG = ("Could not establish a configuration source",)
+# Slurm's words (lower case) for each reason a decision tells apart, in the order tried.
+SAID = ((SlurmCode.UNKNOWN_JOB, ("invalid job id",)),
+        (SlurmCode.NO_STEPS, ("no job steps exist",)),
+        (SlurmCode.JOB_PENDING, ("pending execution",)),
+        (SlurmCode.NO_REBOOT_PROGRAM, ("rebootprogram",)))
 
 
 def no_config_message(said: str) -> str:
@@ -161,8 +194,22 @@ def foreign_states(info: dict[str, str]) -> list[str]:
     return [s for s in FOREIGN_STATES if s in flags]
 
 
+def admin_comment(job: dict[str, str]) -> str:
+    """A job record's AdminComment, "" when it has none."""
+    value = job.get("AdminComment", "")
+    return "" if value == "(null)" else value
+
+
+def append_admin_comment(slurm: SlurmBackend, job: str, info: dict[str, str], text: str) -> None:
+    """Add `text` to the AdminComment of `job` (its record: `info`) after what an
+    admin, or an earlier run, wrote there: never in its place."""
+    old = admin_comment(info).strip()
+    slurm.set_admin_comment(job, f"{old} | {text}" if old else text)
+
+
 class BackendError(SlurmError):
     """`slurm.backend: pyslurm` was asked for and cannot be used here."""
+    code = SlurmCode.BACKEND_UNUSABLE
 
 
 @dataclass

@@ -29,7 +29,8 @@ from __future__ import annotations
 import os
 import time
 
-from .api import STAMP_FORMAT, UNREACHABLE, BackendError, Choice, OutOfTime, SlurmError, SlurmUnavailable, strip_reason_stamp
+from .api import STAMP_FORMAT, BackendError, Choice, OutOfTime, SlurmCode, SlurmError, SlurmUnavailable, strip_reason_stamp
+from .scontrol import said_code
 
 JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running job ("Incomplete")
 SIGKILL = 9
@@ -87,10 +88,13 @@ class PyslurmBackend:
             raise SlurmUnavailable(msg)
         if "error" in value:
             msg = value["error"]
-            if value.get("kind") == "rpc" and any(m in msg for m in UNREACHABLE):
+            code = said_code(msg) if value.get("kind") == "rpc" else SlurmCode.REFUSED
+            if code == SlurmCode.UNREACHABLE:
                 self._scontrol.down = msg
                 raise SlurmUnavailable(msg)
-            raise SlurmError(msg)
+            # The child is past libslurm's init, which exits on a missing configuration,
+            # before any RPC can fail: a refusal, whatever its words.
+            raise SlurmError(msg, code=SlurmCode.REFUSED if code == SlurmCode.NO_CONFIG else code)
         return value.get("ok")
 
     # --- operations ----------------------------------------------------------------------

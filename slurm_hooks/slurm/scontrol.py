@@ -26,13 +26,15 @@ import re
 import sys
 import time
 
-from ..host.runner import CommandResult, run_command
+from ..host.runner import NOT_RUN, SAFE_PATH, CommandResult, run_command
 from .api import (
     MIN_CALL,
     NO_CONFIG,
+    SAID,
     STAMP_INSIDE,
     UNREACHABLE,
     OutOfTime,
+    SlurmCode,
     SlurmError,
     SlurmNotConfigured,
     SlurmUnavailable,
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
     from .api import Choice
 
 SEARCH_DIRS = ("/usr/bin", "/usr/local/bin", "/opt/slurm/bin")
-SAFE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Fields whose value is free text and may contain spaces (and even "Word=" pieces).
 FREE_TEXT = frozenset({"Reason", "Comment", "AdminComment", "Command", "WorkDir", "StdErr",
@@ -244,12 +245,15 @@ class Slurm:
             raise SlurmUnavailable(self.down)
         if not result.ok:
             msg = result.message()
-            if any(m in msg for m in UNREACHABLE):
+            if result.code == NOT_RUN:
+                raise SlurmError(msg, code=SlurmCode.NO_PROGRAM)
+            code = said_code(msg)
+            if code == SlurmCode.UNREACHABLE:
                 self.down = msg
                 raise SlurmUnavailable(msg)
-            if any(m in msg for m in NO_CONFIG):
+            if code == SlurmCode.NO_CONFIG:
                 raise SlurmNotConfigured(no_config_message(msg))
-            raise SlurmError(msg)
+            raise SlurmError(msg, code=code)
         return result
 
     def timeout_left(self) -> float:
@@ -283,14 +287,14 @@ class Slurm:
     def _squeue(self, *args: str) -> CommandResult:
         return self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
 
-    def _show_node(self, name: str, unknown: str) -> dict[str, str] | None:
-        """`scontrol -o show node NAME` as a dict; None when Slurm says `unknown`."""
+    def _show_node(self, name: str) -> dict[str, str] | None:
+        """`scontrol -o show node NAME` as a dict; None when Slurm knows no such node."""
         try:
             out = self._run("-o", "show", "node", name).stdout
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if unknown in str(e).lower():
+            if e.code == SlurmCode.UNKNOWN_NODE:
                 return None
             raise
         found = records(out, "NodeName=")
@@ -324,7 +328,7 @@ class Slurm:
         primed = self._primed.get(node)
         if primed is not None:
             return primed
-        return self._show_node(node, f"node {node.lower()} not found")
+        return self._show_node(node)
 
     def node_state(self, node: str) -> dict[str, str] | None:
         """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
@@ -342,7 +346,7 @@ class Slurm:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "cannot run" in str(e):           # no sinfo installed: the node list it is
+            if e.code == SlurmCode.NO_PROGRAM:   # no sinfo installed: the node list it is
                 return _without_stamp(self.show_node(node))
             raise
         for line in out.splitlines():
@@ -363,7 +367,7 @@ class Slurm:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "invalid job id" in str(e).lower():
+            if e.code == SlurmCode.UNKNOWN_JOB:
                 return None
             raise
         return next((j for j in found if j["JobId"] == job
@@ -383,7 +387,7 @@ class Slurm:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "cannot run" in str(e):
+            if e.code == SlurmCode.NO_PROGRAM:
                 raise SlurmUnavailable(f"scancel not found next to scontrol in {self.where}: {e}") from None
             raise
 
@@ -404,7 +408,7 @@ class Slurm:
         except SlurmUnavailable:
             raise
         except SlurmError as e:
-            if "no job steps exist" in str(e).lower():
+            if e.code == SlurmCode.NO_STEPS:
                 return {}
             raise
 
@@ -428,6 +432,31 @@ class Slurm:
         # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
         # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
         self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
+
+
+_UNKNOWN_NODE = re.compile(r"\bnode \S+ not found")
+
+
+def said_code(said: str) -> str:
+    """The SlurmCode of what a Slurm program or libslurm said on failing: the one place
+    Slurm's words are read (pyslurm's backend reads its errors here too)."""
+    if any(m in said for m in UNREACHABLE):
+        return SlurmCode.UNREACHABLE
+    if any(m in said for m in NO_CONFIG):
+        return SlurmCode.NO_CONFIG
+    lower = said.lower()
+    if _UNKNOWN_NODE.search(lower):
+        return SlurmCode.UNKNOWN_NODE
+    for code, words in SAID:
+        if any(w in lower for w in words):
+            return code
+    return SlurmCode.REFUSED
+
+
+def step_refused(said: str) -> bool:
+    """Whether srun's words say Slurm refused to create the step (only a job's owner,
+    or SlurmUser, may create one in it)."""
+    return "Access/permission denied" in said
 
 
 def _without_stamp(info: dict[str, str] | None) -> dict[str, str] | None:

@@ -34,6 +34,7 @@ import sys
 import time
 
 from .. import library_dir
+from ..core.hostlist import natural_key
 from ..core.reason import duration, one_line, printable, printable_tree, shorten_path
 from ..core.records import asdict, dataclass, field
 
@@ -65,7 +66,7 @@ class Group:
         return [m.rank for m in self.members if m.rank is not None]
 
     def who(self) -> str:
-        nodes = sorted({m.node for m in self.members}, key=_natural)
+        nodes = sorted({m.node for m in self.members}, key=natural_key)
         ranks = self.ranks
         where = nodes[0] if len(nodes) == 1 else _names(nodes)
         if ranks and len(ranks) == len(self.members):
@@ -193,6 +194,7 @@ def srun_fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeou
     in the job. `asked`: the deadline the user gave, for the message (timeout is what
     is left of it)."""
     from ..host.runner import run_command
+    from ..slurm.scontrol import step_refused
     srun = os.path.join(os.path.dirname(slurm.scontrol or ""), "srun")
     if slurm.scontrol is None or not os.access(srun, os.X_OK):
         raise DiagnoseError(f"srun not found next to scontrol in {slurm.where}")
@@ -210,7 +212,7 @@ def srun_fan_out(slurm, job: str, nodes: list[str], collector: list[str], timeou
         else:
             out = printable(r.stdout.strip().splitlines()[0][:200]) if r.stdout.strip() else "nothing"
             said = said or (errors[-1] if errors else f"srun exited with status {r.rc}, its output: {out}")
-            refused = " (" + SRUN_REFUSED + ")" if "Access/permission denied" in said else ""
+            refused = " (" + SRUN_REFUSED + ")" if step_refused(said) else ""
             missing[node] = f"{node} gave no report: {said[:300]}{refused}"
     return reports, missing
 
@@ -266,14 +268,15 @@ def _keyed(doc: dict, node: str, job: str) -> dict:
 
 def _no_answer(node: str, a, deadline: float, user: str, said: str) -> str:
     """Why a node gave no report, in the words an admin acts on."""
+    from .fanout import SSH_FAILED, SSH_TIMED_OUT
     err = [printable(ln.strip()) for ln in (a.stderr if a else "").splitlines() if ln.strip()]
     last = err[-1][:300] if err else ""
     if a is None or a.timed_out:
         why = last or (said if a is None else "")
         return f"{node} did not answer within {deadline:g} s" + (f" ({why})" if why else "")
-    if a.rc == 255 and "timed out" in last.lower():
+    if a.code == SSH_TIMED_OUT:
         return f"{node} did not answer: ssh: {last}"          # a hung sshd, or a node gone
-    if a.rc == 255:
+    if a.code == SSH_FAILED:
         return f"{node} gave no report: ssh as {user} failed: {last or 'no message'} ({SSH_HOWTO})"
     if a.rc != 0:
         return f"{node} gave no report: the collector exited with status {a.rc}" + (f": {last}" if last else "")
@@ -306,11 +309,6 @@ def parse_labelled(stdout: str, nodes: list[str]) -> tuple[list[dict], set[str]]
 
 
 # --- aggregation ------------------------------------------------------------------------
-def _natural(s: str):
-    import re
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
-
-
 def _ranges(ranks: list[str]) -> str:
     """"0-3,7" for numeric ranks, a plain list otherwise."""
     try:
@@ -464,7 +462,7 @@ def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str
                 gpus.append((node, gu.get("index"), gu.get("utilization"), t.get("rank")))
     _fold_caught_awake(groups)
     for g in groups.values():
-        g.members.sort(key=lambda m: (_rank_sort(m.rank), _natural(m.node), m.pid))
+        g.members.sort(key=lambda m: (_rank_sort(m.rank), natural_key(m.node), m.pid))
     # Most suspicious first: D state, then the smallest groups (the odd ones out).
     d.groups = sorted(groups.values(), key=lambda g: (not g.suspicious, len(g.members),
                                                        _rank_sort(g.members[0].rank)))
@@ -499,7 +497,7 @@ def _gpu_summary(gpus: list[tuple]) -> str:
     if not seen:
         return ""
     idle = sorted(((n, i) for (n, i), (u, _) in seen.items() if u is None or u < GPU_IDLE),
-                  key=lambda x: (_natural(x[0]), x[1]))
+                  key=lambda x: (natural_key(x[0]), x[1]))
     busy = len(seen) - len(idle)
     if not idle:
         return f"all {busy} GPUs busy"
@@ -533,7 +531,7 @@ def summarise(d: Diagnosis) -> str:
             parts.append(f"{g.who()} {g.what} ({len(g.members)} of {total})")
         if len(rest) > 3:
             parts.append(f"{len(rest) - 3} more groups")
-    parts.extend(d.missing[n] for n in sorted(d.missing, key=_natural))
+    parts.extend(d.missing[n] for n in sorted(d.missing, key=natural_key))
     if d.gpu:
         parts.append(d.gpu)
     return one_line("; ".join(parts))
@@ -554,7 +552,7 @@ def render(d: Diagnosis) -> str:
             prefix = f"     e.g. rank {m.rank} on {m.node}: " if len(g.members) > 1 else "     "
             for j, line in enumerate(m.detail[:3]):
                 lines.append((prefix if j == 0 else "       ") + line)
-    for node in sorted(d.missing, key=_natural):
+    for node in sorted(d.missing, key=natural_key):
         lines.append(f"!  {d.missing[node]}")
     if d.others:
         lines.append(f"   other processes of the job (batch script, launchers, workers): {d.others}")
@@ -620,17 +618,14 @@ def record(cfg, d: Diagnosis) -> list[str]:
     journal. Returns what could not be done."""
     from ..core.reason import truncate_bytes
     from ..sinks import journal
-    from ..slurm.api import SlurmError
+    from ..slurm.api import SlurmError, append_admin_comment
     from ..slurm.connect import open_backend
     problems = []
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     text = truncate_bytes(one_line(f"{cfg.reason_prefix} diagnose {stamp}: {d.summary}"), 1000)
     try:
         slurm = open_backend(cfg.slurm)
-        info = slurm.show_job(d.job) or {}
-        old = info.get("AdminComment", "")
-        old = "" if old == "(null)" else old.strip()
-        slurm.set_admin_comment(d.job, f"{old} | {text}" if old else text)
+        append_admin_comment(slurm, d.job, slurm.show_job(d.job) or {}, text)
     except SlurmError as e:
         problems.append(f"AdminComment of job {d.job} not updated: {e}")
     err = journal.append(cfg.journal, {"event": "diagnose", "time": time.time(), "job": d.job,
@@ -660,7 +655,7 @@ def capture(cfg, job: str, timeout: float | None = None) -> str:
     except Exception as e:          # the requeue must go on whatever happened here
         return f"{UNAVAILABLE}: {one_line(str(e))[:200]}"
     if not d.reports:
-        why = "; ".join(d.missing[n] for n in sorted(d.missing, key=_natural)[:3])
+        why = "; ".join(d.missing[n] for n in sorted(d.missing, key=natural_key)[:3])
         return f"{UNAVAILABLE}: {one_line(why)[:400]}"
     return f"job-wide: {d.summary}"
 

@@ -45,6 +45,13 @@ class SshSettings:
     connect_timeout: float = 5.0
 
 
+# NodeAnswer.code: how the node's ssh ended, read from ssh's own words here alone.
+ANSWERED = "answered"           # ssh connected (the command's status is rc)
+SSH_FAILED = "ssh_failed"       # ssh itself failed (its status 255)
+SSH_TIMED_OUT = "ssh_timed_out" # ssh's connection timed out: a hung sshd, or a node gone
+SSH_STATUS = 255
+
+
 @dataclass
 class NodeAnswer:
     """What ssh brought back from one node, keyed by the node ClusterShell reached."""
@@ -53,6 +60,13 @@ class NodeAnswer:
     timed_out: bool = False
     stdout: str = ""
     stderr: str = ""
+
+    @property
+    def code(self) -> str:
+        if self.rc != SSH_STATUS:
+            return ANSWERED
+        said = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        return SSH_TIMED_OUT if said and "timed out" in said[-1].lower() else SSH_FAILED
 
 
 def clustershell_missing() -> str | None:

@@ -476,16 +476,6 @@ def _gpus(report: NodeReport, infos: dict[int, TaskInfo], o) -> None:
         report.gpus.append(entry)
 
 
-def gpus_held(pids: list[int], timeout: float = NVML_TIMEOUT) -> tuple[dict[int, list[dict]], list[str]]:
-    """pid -> the GPUs it holds (index, utilisation, memory), from NVML in a child;
-    and what went wrong, if anything."""
-    outcome = Runner().run([Task("jobreport:nvml", _nvml, (), timeout)])["jobreport:nvml"]
-    report = NodeReport(node="", job="")
-    infos = {p: TaskInfo(pid=p, ppid=0, comm="", uid=-1, step=None, local_task=None) for p in pids}
-    _gpus(report, infos, outcome)
-    return {p: i.gpus for p, i in infos.items()}, report.notes
-
-
 def _sightings(cfg, node: str) -> dict:
     """The health check's stuck-task state on this node; {} when there is none or this
     user may not read it (job-report also runs as the job's owner)."""

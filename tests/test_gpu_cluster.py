@@ -7,13 +7,12 @@ hung filesystem and Slurm are real."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 
 import pytest
 import yaml
-from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu
+from helpers import ROOT, KernelLog, gpu, run_record
 
 pytestmark = pytest.mark.cluster
 
@@ -59,12 +58,9 @@ class Node:
         sc = self.tmp / "scenario.json"
         sc.write_text(json.dumps({"gpus": gpus}))
         args = ["--dry-run"] if hook == "prolog" else []
-        r = subprocess.run([str(SLURM_HOOKS), "-c", str(self.config), hook, *args, "--json"],
-                           capture_output=True, text=True, timeout=60,
-                           env={"SLURMD_NODENAME": "n1", "PYTHONPATH": str(ROOT / "tests" / "fake_nvml"),
-                                "FAKE_NVML_SCENARIO": str(sc), **env})
-        assert r.returncode in (0, 1), r.stderr
-        rec = json.loads(r.stdout)
+        rec = run_record(self.config, hook, *args,
+                         env={"SLURMD_NODENAME": "n1", "PYTHONPATH": str(ROOT / "tests" / "fake_nvml"),
+                              "FAKE_NVML_SCENARIO": str(sc), **env})
         rec["bad"] = [f for c in rec["checks"] for f in c["findings"] if f["severity"] != "ok"]
         return rec
 

@@ -13,8 +13,7 @@ import time
 
 import psutil
 import pytest
-import yaml
-from helpers import ROOT, SLURM_HOOKS, journal, lock_ranks
+from helpers import ROOT, SLURM_HOOKS, journal, lock_ranks, write_config
 
 pytestmark = pytest.mark.cluster
 
@@ -52,11 +51,8 @@ LOCK_RANKS = lock_ranks(1)     # no D state anywhere: rank 1 waits on a lock
 def config(tmp_path, cluster, sshd, **diag) -> dict:
     """The environment of an admin's `slurm-hooks diagnose` (root: ClusterShell over the
     session's sshd, unless `fanout` says otherwise)."""
-    diag = {"ssh_options": sshd.options(), **diag}
-    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
-           "slurm": cluster.hooks_slurm(timeout=10), "diagnose": diag}
-    path = tmp_path / "diagnose.yaml"
-    path.write_text(yaml.safe_dump(doc))
+    path = write_config(tmp_path / "diagnose.yaml", tmp_path, slurm=cluster.hooks_slurm(timeout=10),
+                        diagnose={"ssh_options": sshd.options(), **diag})
     return {"PATH": "/usr/bin:/bin", "SLURM_HOOKS_CONFIG": str(path), "LANG": "C.UTF-8"}
 
 

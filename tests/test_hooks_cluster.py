@@ -16,7 +16,7 @@ pytestmark = pytest.mark.cluster
 def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
     write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
-                       {"filesystems": [{"path": str(tmp_path)}], "prolog": {"fs_timeout": 1, "reason_timeout": 30}})
+                       {"filesystems": [{"path": str(tmp_path)}], "prolog": {"fs_timeout": 1}})
     cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\n")
     ok_job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
