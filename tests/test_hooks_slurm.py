@@ -154,7 +154,8 @@ def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
     # Drains of an older release (its prefix, no cause recorded): still ours, still
     # counted, but one "unknown cause" group, never named an outage.
     for n in ("n1", "n3"):
-        cluster.scontrol("update", f"nodename={n}", "reason=slurm-hooks: fs /shared write hung >10s (nfs4)", "comment=")
+        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared write hung >10s (nfs4)",
+                         "comment=")
     [held] = healthcheck(cluster, tmp_path, "n2", **cfg)["actions"]
     assert held["outcome"] == "held" and held["message"] == (
         "drain-storm breaker open: 2 nodes already drained by slurm-hooks (limit 2 of 3)")
