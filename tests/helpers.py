@@ -209,3 +209,14 @@ NODE_RPCS = ("REQUEST_NODE_INFO", "REQUEST_NODE_INFO_SINGLE", "REQUEST_PARTITION
 
 def node_rpcs_spent(before: dict, after: dict) -> dict[str, int]:
     return {k: after.get(k, 0) - before.get(k, 0) for k in NODE_RPCS if after.get(k, 0) - before.get(k, 0)}
+
+
+def ours(reason: str, words: str = "") -> bool:
+    """Is `reason` (as Slurm shows it, stamp or not) one slurm-hooks set, in the current
+    form (its words, then the mark), and do its words start with `words`?"""
+    from slurm_hooks.core.reason import MARK, SLURM_NOTES, words_of
+    from slurm_hooks.slurm.api import strip_reason_stamp
+    plain = strip_reason_stamp(reason).rstrip()
+    for note in SLURM_NOTES:
+        plain = plain.replace(note, "")
+    return plain.endswith(" " + MARK) and words_of(plain, "").startswith(words)

@@ -1072,13 +1072,20 @@ class SlurmCluster:
 
     def reset(self) -> None:
         """Between tests: restart dead daemons, cancel jobs, restore the
-        initial configuration, resume all nodes."""
+        initial configuration, resume all nodes and empty their Comments (where a
+        drain of slurm-hooks records its cause, and where a test plays an admin)."""
         self.ensure_running()
         self.cancel_all()
         if self.conf_extra != self.initial_conf_extra:
             self.reconfigure(self.initial_conf_extra)
         self.resume_all()
+        self.clear_comments()
         self.wait_for(self._all_idle, 30, what="all nodes IDLE")
+
+    def clear_comments(self) -> None:
+        noted = [n for n, info in self.show_nodes().items() if info.get("Comment", "(null)") not in ("", "(null)")]
+        if noted:
+            self.scontrol("update", f"nodename={','.join(noted)}", "comment=", check=False)
 
     # ------------------------------------------------------------ polling / logs
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 30,

@@ -247,7 +247,7 @@ def test_drained_node_and_the_breaker_on_the_cluster(clean_cluster, tmp_path):
     n1.healthcheck()
     [drained] = n1.last("slurm_hooks_drained")
     reason = drained.labels["reason"]
-    assert drained.value == 1 and reason.startswith("slurm-hooks: fs "), drained
+    assert drained.value == 1 and reason.startswith("fs ") and reason.endswith(" [slurm-hooks]"), drained
     assert clean_cluster.show_node("n1")["Reason"].startswith(reason), clean_cluster.show_node("n1")
     n2.healthcheck()
     n2.healthcheck()

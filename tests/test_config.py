@@ -72,7 +72,7 @@ def test_missing_required_and_bad_values(tmp_path):
         "x.yaml:5: filesystems[2].mode: must be one of write, read, got 'writ'",
         "x.yaml:8: filesystems[3].warn_after: must be below timeout (2s), got 5",
         "x.yaml:9: filesystems[4].path: /y is already given in filesystems[3]",
-        "x.yaml:10: reason_prefix: must not be empty: it is how slurm-hooks tells its own drains from an admin's",
+        "x.yaml:10: reason_prefix: must not be empty: it is how slurm-hooks tells its own job comments, and older releases' drains, from an admin's",
     ]
 
 

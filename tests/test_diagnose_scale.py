@@ -100,7 +100,7 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
         st = subprocess.run([str(SLURM_HOOKS), "status"], env={
             "SLURM_HOOKS_CONFIG": str(conf_dir / "s1.yaml"), "PATH": "/usr/bin:/bin"},
             capture_output=True, text=True, timeout=60).stdout
-        assert st.count("OUTAGE") == 1 and f"fs {hung_mount.path}: OUTAGE on {len(drained)} nodes" in st, st
+        assert st.count("OUTAGE") == 1 and f"filesystem {hung_mount.path}: OUTAGE on {len(drained)} nodes" in st, st
         # What slurmctld paid for the first round (sdiag itself excluded), and what each
         # run cost: a held run reads the node list (1: REQUEST_NODE_INFO, no partition
         # list); a run that drains also drains (1) and re-reads (1); one that then finds

@@ -301,9 +301,9 @@ def test_explain_shows_the_port_evidence_of_a_fabric_drain(node):
     p.set(state=1, phys=2)
     record = engine.run(node.cfg(), "healthcheck", names=["fabric"]).to_json()
     [f] = record["checks"][0]["findings"]
-    record["actions"] = [{"kind": "drain", "node": "ib1", "reason": "slurm-hooks: " + f["summary"],
+    record["actions"] = [{"kind": "drain", "node": "ib1", "reason": f["summary"] + " [slurm-hooks]",
                           "outcome": "done"}]
-    text = explain.explain([record], "ib1", {"reason": "slurm-hooks: " + f["summary"], "resumable": True})
+    text = explain.explain([record], "ib1", {"reason": f["summary"] + " [slurm-hooks]", "resumable": True})
     for line in ("ib mlx5_0/1 down (Polling, was 400 Gb/s)", "device: mlx5_0", "state: 1: DOWN",
                  "phys_state: 2: Polling", "expected_rate: 400.0", "expected: active since boot"):
         assert line in text, (line, text)

@@ -66,7 +66,7 @@ def test_hung_mount_is_hung_and_names_the_step(hooks, hung_mount):
     rec = hooks.check()
     f = rec["by_path"][str(hung_mount.path)]
     assert rec["rc"] == 1 and f["status"] == "hung" and f["severity"] == "fail"
-    assert f["summary"] == f"fs {hung_mount.path} create hung >1s (fuse.fusefs)"
+    assert f["summary"] == f"fs {hung_mount.path} hung >1s (create, fuse.fusefs)"
     assert rec["elapsed"] < 1 + 1.0
 
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import yaml
-from helpers import ROOT, KernelLog, gpu, run_record
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, ours, run_record
 
 pytestmark = pytest.mark.cluster
 
@@ -87,7 +87,7 @@ def test_the_incident_one_diagnosis_for_the_idle_gpu_and_its_stuck_rank(clean_cl
                                  "are busy (the GPU is not the fault)")
     assert f["evidence"]["idle_gpu"]["index"] == 0
     reason = cluster.show_node("n1")["Reason"]
-    assert reason.startswith(f"slurm-hooks: job {job} pid {pids[0]} stuck in openat() on {hung_mount.path}/main_log.txt")
+    assert ours(reason, f"job {job} pid {pids[0]} stuck in openat() on {hung_mount.path}/main_log.txt")
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
     assert "idles because of it" in cluster.show_job(job)["AdminComment"]
 
@@ -122,7 +122,7 @@ def test_remap_pending_drains_and_lets_the_job_finish(clean_cluster, tmp_path):
     rec = node.run(gpus)
     assert [f["reason"] for f in rec["bad"]] == ["gpu 1 (0000:3c:00.0) row remapping pending (needs a GPU reset)"]
     assert [a["kind"] for a in rec["actions"]] == ["drain", "reboot"]
-    assert cluster.show_node("n1")["Reason"].startswith("slurm-hooks: gpu 1 (0000:3c:00.0) row remapping pending")
+    assert ours(cluster.show_node("n1")["Reason"], "gpu 1 (0000:3c:00.0) row remapping pending")
     time.sleep(2)
     info = cluster.show_job(job)
     assert info["JobState"] == "RUNNING" and info.get("Restarts") == "0"
@@ -167,6 +167,6 @@ def test_lost_gpu_requeues_the_job_that_used_it(clean_cluster, tmp_path):
     rec = node.run(gpus)
     assert [f["reason"] for f in rec["bad"]] == ["gpu 1 (0000:3c:00.0) lost (NVML: GPU is lost)"]
     assert rec["bad"][0]["job"] == str(job)
-    assert cluster.show_node("n1")["Reason"].startswith("slurm-hooks: gpu 1 (0000:3c:00.0) lost")
+    assert ours(cluster.show_node("n1")["Reason"], "gpu 1 (0000:3c:00.0) lost")
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
     assert "gpu 1 (0000:3c:00.0) lost" in cluster.show_job(job)["AdminComment"]

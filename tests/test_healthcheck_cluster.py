@@ -6,11 +6,12 @@ import subprocess
 import time
 
 import pytest
-from helpers import SLURM_HOOKS, journal, write_node_configs
+from helpers import SLURM_HOOKS, journal, ours, write_node_configs
 
 from slurm_hooks.act.actions import execute
 from slurm_hooks.core.config import SlurmConfig
 from slurm_hooks.core.model import Action
+from slurm_hooks.slurm.api import strip_reason_stamp
 from slurm_hooks.slurm.connect import open_backend
 
 pytestmark = pytest.mark.cluster
@@ -34,7 +35,7 @@ def test_slurmd_runs_healthcheck_and_drains_only_the_sick_node(clean_cluster, hu
                      what="n1 drained by the health check")
     took = time.monotonic() - t0
     reason = cluster.show_node("n1")["Reason"]
-    assert reason.startswith(f"slurm-hooks: fs {hung_mount.path} create hung >{DEADLINE}s (fuse.fusefs)"), reason
+    assert ours(reason, f"fs {hung_mount.path} hung >{DEADLINE}s (create, fuse.fusefs)"), reason
     assert took < INTERVAL + DEADLINE + 5
 
     # The healthy nodes ran the same program and stayed in service.
@@ -48,7 +49,7 @@ def test_slurmd_runs_healthcheck_and_drains_only_the_sick_node(clean_cluster, hu
     sick = next(r for r in runs if r["status"] == "unhealthy")
     assert sick["hook"] == "healthcheck" and sick["node"] == "n1"
     drains = [a for r in runs for a in r["actions"] if a["kind"] == "drain" and a["outcome"] == "done"]
-    assert drains and drains[0]["reason"] == reason.split(" [")[0]
+    assert drains and drains[0]["reason"] == strip_reason_stamp(reason)
     # Later runs see the drain is ours and already says this: nothing is redone.
     cluster.wait_for(lambda: any(a["outcome"] == "skipped" for r in journal(tmp_path, "n1")
                                  for a in r["actions"]), timeout=INTERVAL * 3, what="a second run")
@@ -79,7 +80,7 @@ def test_dry_run_prints_and_does_nothing(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
     r = run_healthcheck(cluster, tmp_path, "n3", [{"path": str(hung_mount.path)}], "--dry-run")
     assert r.returncode == 1
-    assert f"would drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s" in r.stdout
+    assert f"would drain node n3: fs {hung_mount.path} hung >1s" in r.stdout
     assert "DRAIN" not in cluster.node_state("n3")
 
 
@@ -88,20 +89,36 @@ def test_without_slurm_it_says_what_it_would_do(clean_cluster, hung_mount, tmp_p
                         slurm={"bin_dir": str(tmp_path)})
     assert r.returncode == 1
     # Not done, and kept for the next run: never "would drain", which only a dry run says.
-    assert (f"spooled: drain node n3: slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs) "
+    assert (f"spooled: drain node n3: fs {hung_mount.path} hung >1s (create, fuse.fusefs) [slurm-hooks] "
             f"(Slurm unreachable, not done: scontrol not found in {tmp_path})") in r.stdout
 
 
+def _comment(cluster, node: str) -> str:
+    value = cluster.show_node(node).get("Comment", "")
+    return "" if value == "(null)" else value
+
+
 def test_backend_resumes_only_its_own_drains(clean_cluster):
+    from slurm_hooks.core.reason import cause_text
     cluster = clean_cluster
     slurm = open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10)))
-    slurm.drain("n1", "slurm-hooks: fs /x hung")
-    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin says no")
+    cause = cause_text("filesystem", "/x y", "/x y", "2026-12-02T03:50:00")
+    slurm.drain_with_cause("n1", "fs /x y hung [slurm-hooks]", cause)
+    assert _comment(cluster, "n1") == cause and slurm.node_state("n1")["Comment"] == cause
+    assert {k: v for k, v in slurm.list_nodes_alone()[0].items() if k in ("NodeName", "Comment")} == \
+        {"NodeName": "n1", "Comment": cause}
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin says no", "comment=ticket 4711")
+    # Drained by an older release (its prefix): still ours after an upgrade.
+    cluster.scontrol("update", "nodename=n3", "state=drain", "reason=slurm-hooks: fs /x hung")
     results = execute([Action("resume", node="n1"), Action("resume", node="n2"),
                        Action("resume", node="n3")], slurm, "slurm-hooks:", dry_run=False)
-    assert [r.outcome for r in results] == ["done", "skipped", "skipped"]
+    assert [r.outcome for r in results] == ["done", "skipped", "done"]
     assert "not ours to resume" in results[1].message
     assert "DRAIN" not in cluster.node_state("n1") and "DRAIN" in cluster.node_state("n2")
+    assert "DRAIN" not in cluster.node_state("n3")
+    # Our cause goes with our drain; the admin's Comment stays with theirs.
+    assert _comment(cluster, "n1") == "" and _comment(cluster, "n2") == "ticket 4711"
+    assert slurm.node_state("n1")["Comment"] == "" and slurm.node_state("n2")["Comment"] == "ticket 4711"
     assert slurm.show_node("nosuchnode") is None
     info = slurm.show_node("n2")
     assert info["Reason"].startswith("admin says no")

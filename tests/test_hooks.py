@@ -106,10 +106,10 @@ def test_failing_prolog_returns_at_once_and_frees_its_pipes(tmp_path, hung_mount
     assert not open_fds, "a child (the probe or the detached helper) kept slurmd's pipe open"
     assert p.wait(timeout=5) == 1 and took < 1 + 1.5
     text = out.decode()
-    assert f"fs {hung_mount.path} create hung >1s" in text
+    assert f"fs {hung_mount.path} hung >1s" in text
     state = tmp_path / "state" / "hooknode"
     failure = json.loads((state / "hook-failure.json").read_text())
-    assert failure["reason"] == f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"
+    assert failure["reason"] == f"fs {hung_mount.path} hung >1s (create, fuse.fusefs) [slurm-hooks]"
     assert failure["job"] == "77" and failure["replaces"] == "Prolog error"
     record = [json.loads(x) for x in (tmp_path / "journal.jsonl").read_text().splitlines()
               if json.loads(x)["event"] == "run"][-1]

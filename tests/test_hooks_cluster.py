@@ -7,7 +7,16 @@ import sys
 import time
 
 import pytest
-from helpers import STUCK_WRITER, hook_wrapper, journal, node_rpcs_spent, sdiag_counts, stuck_writer_job, write_node_configs
+from helpers import (
+    STUCK_WRITER,
+    hook_wrapper,
+    journal,
+    node_rpcs_spent,
+    ours,
+    sdiag_counts,
+    stuck_writer_job,
+    write_node_configs,
+)
 from helpers import manual_healthcheck as healthcheck
 
 pytestmark = pytest.mark.cluster
@@ -20,10 +29,10 @@ def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluste
     cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\n")
     ok_job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks:"), 30,
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1")), 30,
                      what="the precise reason in place of 'Prolog error'")
     reason = cluster.show_node("n1")["Reason"]
-    assert reason.startswith(f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"), reason
+    assert ours(reason, f"fs {hung_mount.path} hung >1s (create, fuse.fusefs)"), reason
     assert "DRAIN" in cluster.node_state("n1")
     info = cluster.show_job(job)
     assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1, "Slurm requeued the job"
@@ -54,10 +63,10 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
         assert cluster.job_state(nxt) == "PENDING"
         assert [r for r in journal(tmp_path, "n2") if r["hook"] == "epilog"] == [], "no epilog ran"
         return
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"), 60,
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")), 60,
                      what="n2 drained by the epilog with the precise reason")
     reason = cluster.show_node("n2")["Reason"]
-    assert reason.startswith(f"slurm-hooks: job {job} left pid "), reason
+    assert ours(reason, f"job {job} left pid "), reason
     assert f"stuck in openat() on {stuck_mount.path}/main_log.txt (fuse.fusefs)" in reason
     # No other job lands there.
     nxt = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
@@ -79,8 +88,8 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
             "stuck_tasks": {"non_job_tasks": "ignore"}, "policy": {"resume_after": 2}, "actions": {"reboot": False}})
         cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: bad DIMM")
         cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n")
-        cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks: fs ")
-                         and cluster.show_node("n3").get("Reason", "").startswith("slurm-hooks: pid "),
+        cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1"), "fs ")
+                         and ours(cluster.show_node("n3").get("Reason", ""), "pid "),
                          20, what="n1 and n3 drained by slurm-hooks")
         hung_mount.close()              # the filesystem comes back (the stuck writer dies)
         stuck.wait(timeout=10)
@@ -91,7 +100,7 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         assert resumed[-1]["outcome"] == "done"
         runs = len(journal(tmp_path, "n3"))
         cluster.wait_for(lambda: len(journal(tmp_path, "n3")) >= runs + 3, 20, what="three more runs on n3")
-        assert cluster.show_node("n3")["Reason"].startswith("slurm-hooks: pid "), "needs a reboot: left drained"
+        assert ours(cluster.show_node("n3")["Reason"], "pid "), "needs a reboot: left drained"
         assert cluster.show_node("n2")["Reason"].startswith("admin: bad DIMM"), "an admin's drain is left alone"
         assert all(r["status"] == "healthy" for r in journal(tmp_path, "n3")[-2:])
     finally:
@@ -123,25 +132,71 @@ def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_
     healthcheck(cluster, tmp_path, "n1", **cfg)
     info = cluster.show_job(job)
     assert info["Restarts"] == "1" and info["AdminComment"].count("slurm-hooks: node n1:") == 1
-    assert cluster.show_node("n1")["Reason"].startswith(f"slurm-hooks: job {job} pid ")
+    assert ours(cluster.show_node("n1")["Reason"], f"job {job} pid ")
 
 
 def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
+    """An outage is grouped by the cause each drain recorded in the node's Comment, not
+    by the words of its reason (which differ here, and could be alike for two causes)."""
+    from slurm_hooks.core.reason import cause_text
     cluster = clean_cluster
-    for n in ("n1", "n3"):
-        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared write hung >10s (nfs4)")
+    for n, words in (("n1", "fs /shared write hung >10s (nfs4)"), ("n3", "fs /shared fsync hung >12s (nfs4)")):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", f"reason={words} [slurm-hooks]",
+                         "comment=" + cause_text("filesystem", "/shared", "/shared", "2026-12-02T03:50:00"))
     cfg = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
            "policy": {"max_drained_nodes": 2, "max_drained_fraction": 0}}
     rec = healthcheck(cluster, tmp_path, "n2", **cfg)
     [held] = rec["actions"]
     assert held["kind"] == "drain" and held["outcome"] == "held"
     assert held["message"] == ("drain-storm breaker open: 2 nodes already drained by slurm-hooks (limit 2 of 3); "
-                               "2 of them for fs /shared (n1, n3): looks like one outage of /shared, not 2 sick nodes")
+                               "2 of them for filesystem /shared (n1, n3): looks like one outage, not 2 sick nodes")
     assert rec["status"] == "unhealthy" and "DRAIN" not in cluster.node_state("n2")
+    # Drains of an older release (its prefix, no cause recorded): still ours, still
+    # counted, but one "unknown cause" group, never named an outage.
+    for n in ("n1", "n3"):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared write hung >10s (nfs4)",
+                         "comment=")
+    [held] = healthcheck(cluster, tmp_path, "n2", **cfg)["actions"]
+    assert held["outcome"] == "held" and held["message"] == (
+        "drain-storm breaker open: 2 nodes already drained by slurm-hooks (limit 2 of 3)")
     # Below the limit, the drain goes ahead.
     cfg["policy"]["max_drained_nodes"] = 3
     rec = healthcheck(cluster, tmp_path, "n2", **cfg)
     assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n2")
+
+
+def _comment(cluster, node: str) -> str:
+    value = cluster.show_node(node).get("Comment", "")
+    return "" if value == "(null)" else value
+
+
+def test_a_drain_records_its_cause_in_the_comment_and_our_resume_empties_it(clean_cluster, hung_mount, tmp_path):
+    """The reason for people (its key words first, `sinfo -R`'s 20 columns), the cause
+    for tools in the node's Comment; an admin's Comment is never overwritten nor emptied."""
+    from slurm_hooks.core.reason import read_cause
+    cluster = clean_cluster
+    cluster.scontrol("update", "nodename=n2", "comment=ticket 4711: PSU swapped")
+    failing = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1},
+               "policy": {"resume_after": 1}}
+    for node in ("n1", "n2"):
+        [drain] = healthcheck(cluster, tmp_path, node, **failing)["actions"]
+        assert drain["kind"] == "drain" and drain["outcome"] == "done", drain
+    reason = cluster.show_node("n1")["Reason"]
+    assert ours(reason, f"fs {hung_mount.path} ") and reason.startswith(f"fs {hung_mount.path} ")
+    # `sinfo -R` as admins read it: the reason's first 20 characters, then who and when.
+    [line] = cluster.run("sinfo", "-R", "-h", "-n", "n1").stdout.splitlines()
+    assert line.startswith(reason[:20] + " root ") and line.endswith(" n1"), (line, reason)
+    cause = read_cause(_comment(cluster, "n1"))
+    assert cause is not None and (cause["check"], cause["where"]) == ("filesystem", str(hung_mount.path))
+    assert cause["incident"] and cause["since"].startswith(time.strftime("%Y-", time.gmtime()))
+    assert _comment(cluster, "n2") == "ticket 4711: PSU swapped"
+    # Healthy again: our drains are undone; our cause goes with n1's, the admin's stays.
+    healthy = {"filesystems": [{"path": str(tmp_path)}], "policy": {"resume_after": 1}}
+    for node in ("n1", "n2"):
+        [resume] = healthcheck(cluster, tmp_path, node, **healthy)["actions"]
+        assert resume["kind"] == "resume" and resume["outcome"] == "done", resume
+        assert "DRAIN" not in cluster.node_state(node)
+    assert _comment(cluster, "n1") == "" and _comment(cluster, "n2") == "ticket 4711: PSU swapped"
 
 
 
@@ -171,7 +226,7 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
         assert "DRAIN" not in cluster.node_state(node)
     # A node drained beyond the limit (a storm's run that read too early) steps back:
     # the read and its undrain.
-    cluster.scontrol("update", "nodename=n3", "state=drain", f"reason=slurm-hooks: fs {hung_mount.path} read hung")
+    cluster.scontrol("update", "nodename=n3", "state=drain", f"reason=fs {hung_mount.path} read hung [slurm-hooks]")
     rec, spent = run("n3")
     assert [a["outcome"] for a in rec["actions"]] == ["held"] and "stepped back" in rec["actions"][0]["message"]
     assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
@@ -239,7 +294,7 @@ def test_hostile_names_stay_one_clean_line(clean_cluster, hung_mount, tmp_path):
     assert f["evidence"]["file"].startswith(f"{hung_mount.path}/run")
     reason = cluster.show_node("n3")["Reason"]
     plain = reason.split(" [root@")[0]
-    assert plain.startswith(f"slurm-hooks: job {job} pid ") and len(plain.encode()) <= 255
+    assert ours(plain, f"job {job} pid ") and len(plain.encode()) <= 255
     assert not any(c in plain for c in "\n\r\t'\"`") and "\x1b" not in plain
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith("ops: keep")       # the admin's words are kept
@@ -252,7 +307,7 @@ def test_health_check_replaces_a_generic_prolog_error(clean_cluster, tmp_path):
     """When the prolog's detached helper could not set the precise reason, the next
     health check does; it never re-drains a node an admin resumed since."""
     cluster = clean_cluster
-    precise = "slurm-hooks: fs /scratch create hung >3s (lustre)"
+    precise = "fs /scratch create hung >3s (lustre) [slurm-hooks]"
     for node in ("n1", "n2"):
         state = tmp_path / "state" / node
         state.mkdir(parents=True)

@@ -101,7 +101,7 @@ def test_syslog_lines(node, tmp_path, hung_mount):
     finally:
         sock.close()
     assert got[0].startswith("<156>slurm-hooks[")           # local3 (19) * 8 + warning (4)
-    assert got[0].endswith(f"healthcheck opsnode unhealthy: fs {hung_mount.path} create hung >1s (fuse.fusefs)")
+    assert got[0].endswith(f"healthcheck opsnode unhealthy: fs {hung_mount.path} hung >1s (create, fuse.fusefs)")
     # The report's word: failed for want of Slurm, kept in the spool for the next run.
     assert got[1].startswith("<155>") and "spooled: drain node opsnode" in got[1]   # error (3)
 
@@ -111,7 +111,7 @@ def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount
     node.run("healthcheck")
     # As if the drain had gone through: explain reads the journal and local state only.
     state = tmp_path / "state" / "opsnode"
-    reason = f"slurm-hooks: fs {hung_mount.path} create hung >1s (fuse.fusefs)"
+    reason = f"fs {hung_mount.path} hung >1s (create, fuse.fusefs) [slurm-hooks]"
     recs = [json.loads(x) for x in node.log.read_text().splitlines()]
     recs[-2]["actions"][0]["outcome"] = "done"
     node.log.write_text("".join(json.dumps(r) + "\n" for r in recs))
@@ -119,7 +119,7 @@ def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount
     out = node.run("explain", "--runs", "3").stdout
     assert "drained by slurm-hooks since " in out and reason in out
     assert "auto-resume: yes, after passing runs (passed so far: 1)" in out
-    assert f"  fs {hung_mount.path} create hung >1s (fuse.fusefs)" in out
+    assert f"  fs {hung_mount.path} hung >1s (create, fuse.fusefs)" in out
     assert "      step: create" in out and "      fstype: fuse.fusefs" in out
     assert "last 1 runs:" in out and "healthcheck unhealthy" in out
 

@@ -12,13 +12,13 @@ from slurm_hooks.core.model import Action, ActionResult, Finding
 from slurm_hooks.core.outcomes import Code, Outcome
 
 
-def _drain(node="n1", reason="slurm-hooks: fs /x hung"):
+def _drain(node="n1", reason="fs /x hung [slurm-hooks]"):
     return Action("drain", node=node, reason=reason)
 
 
 def test_drain_record_follows_codes_not_messages():
     failing = [Finding("filesystem", "/x", "hung", "fail", "fs /x hung")]
-    ours = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 3, "at": 1.0}
+    ours = {"reason": "fs /x hung [slurm-hooks]", "resumable": True, "passes": 3, "at": 1.0}
     # An admin's drain in place of ours: not ours to resume, whatever the words say.
     foreign = ActionResult(_drain(), Outcome.SKIPPED, "reworded by a translator", code=Code.FOREIGN_DRAIN)
     assert actuation.drain_record(ours, [foreign], failing, "n1") == {}

@@ -27,8 +27,14 @@ def test_healthy_and_warnings_do_nothing():
 
 
 def test_filesystem_failure_drains_only():
-    acts = decide([fs("/scratch")], "n1", "slurm-hooks:", ActionsConfig())
-    assert acts == [Action("drain", node="n1", reason="slurm-hooks: fs /scratch write hung >10s (nfs4)")]
+    acts = decide([fs("/scratch")], "n1", "slurm-hooks:", ActionsConfig(), now=1764647400.0)
+    assert acts == [Action("drain", node="n1", reason="fs /scratch write hung >10s (nfs4) [slurm-hooks]",
+                           cause=acts[0].cause)]
+    # The machine-readable cause, for the node's Comment: check, place, incident, since.
+    from slurm_hooks.core.reason import read_cause
+    assert read_cause(acts[0].cause) == {"check": "filesystem", "where": "/scratch",
+                                         "incident": "/scratch",
+                                         "since": "2025-12-02T03:50:00"}
 
 
 def test_stuck_job_drains_comments_and_requeues_then_reboots_next_time():
@@ -36,8 +42,11 @@ def test_stuck_job_drains_comments_and_requeues_then_reboots_next_time():
     first = decide([fs("/gpfs"), f], "n1", "slurm-hooks:", ActionsConfig())
     assert kinds(first) == [("drain", None), ("comment", "12"), ("requeue", "12")]
     # The job finding comes first in the reason, with the stable text (no duration).
-    assert first[0].reason == ("slurm-hooks: job 12 pid 345 stuck in write() on /gpfs/log (gpfs); "
-                               "fs /gpfs write hung >10s (nfs4)")
+    assert first[0].reason == ("job 12 pid 345 stuck in write() on /gpfs/log (gpfs); "
+                               "fs /gpfs write hung >10s (nfs4) [slurm-hooks]")
+    # The cause is the job finding's: stuck tasks, grouped by the mount they are stuck on.
+    from slurm_hooks.core.reason import read_cause
+    assert read_cause(first[0].cause)["check"] == "stuck_tasks"
     assert first[1].text.startswith("slurm-hooks: node n1: job 12 rank 0 pid 345 stuck 612s")
     # A later run: the requeue ended the job long enough ago and the task is still there.
     ledger = {k: {"done": 1.0, "seen": 1.0, "ended": True} for k in first[2].keys}
@@ -154,14 +163,14 @@ def test_hysteresis_needs_k_failures_except_hard_ones():
 
 def test_resume_after_m_passes_only_for_resumable_drains():
     from slurm_hooks.decide.policy import resume_decision
-    rec = {"reason": "slurm-hooks: fs /x hung", "resumable": True, "passes": 0}
+    rec = {"reason": "fs /x hung [slurm-hooks]", "resumable": True, "passes": 0}
     a, rec = resume_decision([], rec, "n1", 2)
     assert a is None and rec["passes"] == 1
     a, rec = resume_decision([fs("/x")], rec, "n1", 2)
     assert a is None and rec["passes"] == 0, "a failure starts the count again"
     resume_decision([], rec, "n1", 2)
     a, rec = resume_decision([], dict(rec, passes=1), "n1", 2)
-    assert a == Action("resume", node="n1", reason="slurm-hooks: fs /x hung")
+    assert a == Action("resume", node="n1", reason="fs /x hung [slurm-hooks]")
     a, _ = resume_decision([], {"reason": "r", "resumable": False, "passes": 9}, "n1", 2)
     assert a is None, "a drain that needs a reboot or a human is never resumed"
     assert resume_decision([], {}, "n1", 2) == (None, {}), "not drained by us: nothing to resume"
@@ -172,11 +181,18 @@ def test_resume_after_m_passes_only_for_resumable_drains():
 def test_breaker_limits_and_names_a_global_outage():
     from slurm_hooks.core.config import PolicyConfig
     from slurm_hooks.decide.breaker import ClusterView, verdict
-    view = ClusterView(total=100, ours={f"n{i}": "fs /scratch fsync hung >10s (lustre)" for i in range(1, 10)})
+    # Grouped by the cause each drain recorded, never by its words (which differ here).
+    view = ClusterView(total=100, ours={f"n{i}": f"fs /scratch fsync hung >{i}s (lustre)" for i in range(1, 10)},
+                       causes={f"n{i}": "filesystem /scratch" for i in range(1, 8)})
+    view.causes.update({"n8": "unknown cause", "n9": "gpu_health 0000:17:00.0"})
     assert verdict(view, "n50", PolicyConfig(max_drained_nodes=10, max_drained_fraction=0.05)) is None
     why = verdict(view, "n50", PolicyConfig(max_drained_nodes=9, max_drained_fraction=0.05))
     assert why.startswith("drain-storm breaker open: 9 nodes already drained by slurm-hooks (limit 9 of 100)")
-    assert "looks like one outage of /scratch" in why
+    assert "; 7 of them for filesystem /scratch (n1, n2, n3, n4, n5, n6, n7): looks like one outage" in why
+    # Drains with no recorded cause (older releases') are one group, never an outage.
+    legacy = ClusterView(total=100, ours={f"n{i}": "fs /scratch hung" for i in range(1, 10)})
+    why = verdict(legacy, "n50", PolicyConfig(max_drained_nodes=9, max_drained_fraction=0.05))
+    assert why.endswith("(limit 9 of 100)") and "outage" not in why
     # The share wins when larger: 20 % of 100 = 20 nodes.
     assert verdict(view, "n50", PolicyConfig(max_drained_nodes=5, max_drained_fraction=0.2)) is None
     assert verdict(view, "n50", PolicyConfig(max_drained_nodes=0, max_drained_fraction=0)) is None
@@ -242,11 +258,46 @@ def test_spool_merge_keeps_order_and_does_each_action_once():
     from dataclasses import asdict
 
     from slurm_hooks.act.actuation import merge_spool
-    old_drain = Action("drain", node="n1", reason="slurm-hooks: fs /x hung")
+    old_drain = Action("drain", node="n1", reason="fs /x hung [slurm-hooks]")
     comment = Action("comment", node="n1", job="7", text="t", incident="n1:5:6")
     spooled = [{"action": asdict(old_drain), "at": time.time() - 10},
                {"action": asdict(comment), "at": time.time() - 10},
                {"action": asdict(Action("requeue", job="8", incident="i")), "at": time.time() - 10 ** 6}]
-    new_drain = Action("drain", node="n1", reason="slurm-hooks: job 7 pid 5 stuck")
+    new_drain = Action("drain", node="n1", reason="job 7 pid 5 stuck [slurm-hooks]")
     merged = merge_spool(spooled, [new_drain, Action(**asdict(comment))], max_age=86400)
     assert merged == [comment, new_drain], "the newer drain wins, duplicates and expired ones go"
+
+
+class _Recorder:
+    """Just enough of a backend to see which node update a handler sends."""
+    name = "recorder"
+
+    def __init__(self, state: str, reason: str, comment: str):
+        self.info = {"NodeName": "n1", "State": state, "Reason": reason, "Comment": comment}
+        self.calls: list[tuple] = []
+
+    def node_state(self, node):
+        return dict(self.info)
+
+    def __getattr__(self, op):
+        return lambda *args: self.calls.append((op, *args))
+
+
+def test_the_cause_goes_only_where_the_comment_is_empty_or_ours():
+    from slurm_hooks.act.actions import execute
+    from slurm_hooks.core.reason import cause_text
+    ours_cause = cause_text("filesystem", "/x", "/x", "2026-12-02T03:50:00")
+    drain = Action("drain", node="n1", reason="fs /x hung >1s (read, nfs4) [slurm-hooks]", cause=ours_cause)
+    for comment, want in (("", "drain_with_cause"), (ours_cause, "drain_with_cause"), ("ticket 4711", "drain")):
+        slurm = _Recorder("IDLE", "", comment)
+        [r] = execute([drain], slurm, "slurm-hooks:", dry_run=False)
+        assert r.outcome == "done" and [c[0] for c in slurm.calls] == [want], (comment, slurm.calls)
+    # Our resume empties our cause in the same update; an admin's Comment stays.
+    for comment, want in ((ours_cause, ("release", "n1", "UNDRAIN")), ("ticket 4711", ("undrain", "n1"))):
+        slurm = _Recorder("IDLE+DRAIN", drain.reason, comment)
+        [r] = execute([Action("resume", node="n1")], slurm, "slurm-hooks:", dry_run=False)
+        assert r.outcome == "done" and slurm.calls == [want], (comment, slurm.calls)
+    # An admin's drain: nothing is sent, whatever its Comment says.
+    slurm = _Recorder("IDLE+DRAIN", "disk swap", ours_cause)
+    results = execute([Action("resume", node="n1"), drain], slurm, "slurm-hooks:", dry_run=False)
+    assert [r.outcome for r in results] == ["skipped", "skipped"] and slurm.calls == []

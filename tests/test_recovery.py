@@ -142,7 +142,7 @@ def test_a_reboot_for_a_recoverable_mount_becomes_a_recovery_once():
     assert a.kind == "recover" and a.recovery.tasks == [[345, 100]] and a.recovery.jobs == ["12"]
     # Tried already: the reboot, saying so.
     [b] = policy.recoveries([reboot(f)], [f], {"recover:n1:n1:345:100": {"done": 1.0}}, RECOVERABLE, {}, True)
-    assert b.kind == "reboot" and b.reason.endswith("(recovery tried: fuse-abort /scratch)")
+    assert b.kind == "reboot" and b.reason.endswith("(recovery tried: fuse-abort /scratch) [slurm-hooks]")
 
 
 def test_no_recovery_where_we_did_not_drain_nor_for_another_mount():

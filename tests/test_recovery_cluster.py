@@ -97,7 +97,7 @@ def test_a_recovery_that_does_not_bring_the_mount_back_ends_in_the_reboot(clean_
     assert (rec["outcome"], rec["code"]) == ("done", "not_recovered") and "remount: exit 1" in rec["message"], rec
     reboots = cluster.wait_for(lambda: actions(tmp_path, "n1", "reboot"), 4 * INTERVAL + 10, what="the reboot")
     assert reboots[0]["outcome"] == "done", reboots
-    assert reboots[0]["reason"].endswith(f"(recovery tried: fuse-abort {m.path})"), reboots[0]["reason"]
+    assert reboots[0]["reason"].endswith(f"(recovery tried: fuse-abort {m.path}) [slurm-hooks]"), reboots[0]["reason"]
     assert "REBOOT" in cluster.node_state("n1")
     assert len(actions(tmp_path, "n1", "recover")) == 1, "once per incident"
     cluster.scontrol("cancel_reboot", "n1", check=False)

@@ -13,7 +13,7 @@ import time
 
 import pytest
 import yaml
-from helpers import BIN, SLURM_HOOKS, hook_wrapper, journal, write_node_configs
+from helpers import BIN, SLURM_HOOKS, hook_wrapper, journal, ours, write_node_configs
 
 pytestmark = pytest.mark.cluster
 INTERVAL = 2
@@ -35,7 +35,7 @@ def test_prolog_helper_asks_slurm_once_after_a_back_off(clean_cluster, hung_moun
 
     # The test looks with `scontrol show node` (the node list, REQUEST_NODE_INFO); the
     # helper may look at its own node alone (REQUEST_NODE_INFO_SINGLE), once.
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks:"), 30,
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1")), 30,
                      what="the precise reason in place of 'Prolog error'")
     time.sleep(1)
     counts = rpc_counts(cluster)
@@ -53,7 +53,7 @@ def test_epilog_never_reads_the_node_list(clean_cluster, hung_mount, tmp_path):
     # never load the node list (REQUEST_NODE_INFO, what `scontrol show node` sends).
     def drained():
         out = cluster.run("sinfo", "-h", "-N", "-n", "n2", "-O", "Reason:0").stdout
-        return out.startswith("slurm-hooks: fs ")
+        return ours(out, "fs ")
     cluster.wait_for(drained, 30, what="n2 drained by the epilog")
     counts = rpc_counts(cluster)
     assert counts.get("REQUEST_NODE_INFO", 0) == 0, counts
@@ -100,7 +100,7 @@ def test_prolog_glob_keeps_the_sites_own_prolog(clean_cluster, hung_mount, tmp_p
     ok = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     cluster.wait_for(lambda: cluster.job_state(ok) == "COMPLETED", 30, what="a job on a healthy node")
     bad = cluster.sbatch("-N1", "-w", "n3", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n3").startswith("slurm-hooks: fs "), 30,
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n3"), "fs "), 30,
                      what="n3 drained with the precise reason")
     # Slurm runs the matches in reverse alphabetical order; the failing slurm-hooks
     # prolog (90-) ran first for the job on n3, and Slurm went no further.
@@ -159,7 +159,7 @@ def test_one_file_for_every_node_with_settings_per_node_group(clean_cluster, hun
     wrapper.write_text(f"#!/bin/sh\nSLURM_HOOKS_CONFIG={conf} exec {BIN}/slurm-hooks-healthcheck\n")
     wrapper.chmod(0o755)
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n")
-    cluster.wait_for(lambda: all(cluster.out_of_service_reason(n).startswith(f"slurm-hooks: fs {hung_mount.path}")
+    cluster.wait_for(lambda: all(ours(cluster.out_of_service_reason(n), f"fs {hung_mount.path}")
                                  for n in ("n2", "n3")), 30, what="n2 and n3 drained")
     runs = [json.loads(line) for line in (tmp_path / "journal.jsonl").read_text().splitlines()]
     assert any(r.get("node") == "n1" and r.get("event") == "run" and r["status"] == "healthy" for r in runs)
@@ -185,7 +185,7 @@ def test_beside_nhc_no_resume_while_it_fails(clean_cluster, hung_mount, tmp_path
                                   "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
                                   "policy": {"resume_after": 1}, "beside": {"command": [str(nhc)], "timeout": 5}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n")
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n1").startswith("slurm-hooks: fs "), 20,
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1"), "fs "), 20,
                      what="n1 drained by slurm-hooks")
     hung_mount.close()                 # our own checks pass from now on; NHC still fails
     runs = len(journal(tmp_path, "n1"))

@@ -142,7 +142,7 @@ def test_full_scratch_is_a_resumable_failure_of_the_health_check(hooks, scratch,
     assert rec["rc"] == 1 and rec["status"] == "unhealthy"
     assert_resumable_failure(f, path, f"fs {path} full (ENOSPC)", "write")
     assert f["evidence"]["free_bytes"] == 0 and f["evidence"]["free_inodes"] > 0
-    assert [(a["kind"], a["reason"]) for a in rec["actions"]] == [("drain", f"slurm-hooks: fs {path} full (ENOSPC)")]
+    assert [(a["kind"], a["reason"]) for a in rec["actions"]] == [("drain", f"fs {path} full (ENOSPC) [slurm-hooks]")]
     assert [n for n in os.listdir(path) if n.startswith(".slurm-hooks-probe")] == []
 
     # The drain, had Slurm taken it, is recorded as ours and resumable (actuation's
@@ -185,7 +185,7 @@ def test_out_of_inodes_is_the_same(hooks, scratch, filler):
     assert rec["rc"] == 1
     assert_resumable_failure(rec["finding"], path, f"fs {path} out of inodes (ENOSPC)", "create")
     assert rec["finding"]["evidence"]["free_inodes"] == 0 and rec["finding"]["evidence"]["inodes"] == 32
-    assert [a["reason"] for a in rec["actions"]] == [f"slurm-hooks: fs {path} out of inodes (ENOSPC)"]
+    assert [a["reason"] for a in rec["actions"]] == [f"fs {path} out of inodes (ENOSPC) [slurm-hooks]"]
 
     for hook in ("prolog", "epilog"):
         rec = hooks.run(hook)

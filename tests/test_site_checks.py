@@ -75,7 +75,7 @@ def test_critical_drains_by_its_own_reason(site):
     site.add("ecc", 'echo "ECC errors on DIMM A3"; exit 2')
     rec = site.run("healthcheck", "--dry-run")
     [drain] = [a for a in rec["actions"] if a["kind"] == "drain"]
-    assert drain["reason"] == "slurm-hooks: site ecc: ECC errors on DIMM A3"
+    assert drain["reason"] == "site ecc: ECC errors on DIMM A3 [slurm-hooks]"
 
 
 def test_json_line_gives_a_richer_finding(site):

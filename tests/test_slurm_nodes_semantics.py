@@ -11,7 +11,7 @@ import time
 
 import pytest
 import yaml
-from helpers import SLURM_HOOKS, STUCK_WRITER, journal, write_node_configs
+from helpers import SLURM_HOOKS, STUCK_WRITER, journal, ours, write_node_configs
 from helpers import manual_healthcheck as healthcheck
 
 pytestmark = [pytest.mark.cluster, pytest.mark.per_backend]
@@ -71,9 +71,9 @@ def test_node_states_not_ours_are_left_alone(clean_cluster, hung_mount, tmp_path
         cluster.scontrol("delete", "reservationname=hooks_maint", check=False)
         cluster.scontrol("cancel_reboot", "n3", check=False)
 
-    # A DOWN node whose reason merely carries our prefix (slurm-hooks drained it, then
+    # A DOWN node whose reason merely carries our mark (slurm-hooks drained it, then
     # someone set it DOWN): RESUME would bring it up, so our drain is left in place.
-    reason = "slurm-hooks: fs /scratch write hung >1s (nfs4)"
+    reason = "fs /scratch write hung >1s (nfs4) [slurm-hooks]"
     cluster.scontrol("update", "nodename=n1", "state=down", f"reason={reason}")
     our_drain_record(tmp_path, "n1", reason)
     ok = {"filesystems": [{"path": str(tmp_path)}], "policy": {"resume_after": 1}}
@@ -108,7 +108,7 @@ def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cl
         return next((a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "reboot"), None)
     asked = cluster.wait_for(reboot_asked, GRACE + 5 * INTERVAL + 10, what="a reboot asked for")
     assert asked["outcome"] == "done", asked
-    assert asked["reason"].startswith(f"slurm-hooks: job {job} pid ")
+    assert ours(asked["reason"], f"job {job} pid ")
     info = cluster.show_node("n3")
     assert info["NextState"] == "DOWN" and "REBOOT" in info["State"], info
     cluster.wait_for(marker.exists, 60, what="RebootProgram run by slurmd")
@@ -144,7 +144,7 @@ def test_a_fault_that_survives_the_reboot_leaves_the_node_down(clean_cluster, hu
     cluster = clean_cluster
     prog, marker = reboot_program(tmp_path)
     cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\nResumeTimeout=300\n")
-    reason = "slurm-hooks: pid 1234 stuck in write() on /gpfs/log (gpfs)"
+    reason = "pid 1234 stuck in write() on /gpfs/log (gpfs) [slurm-hooks]"
     cluster.scontrol("update", "nodename=n2", "state=drain", f"reason={reason}")
     open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=10))).reboot("n2", reason)
     cluster.wait_for(marker.exists, 30, what="RebootProgram run")
@@ -185,7 +185,7 @@ def test_kill_task_failed_is_matched_by_prefix(clean_cluster, hung_mount, tmp_pa
                       filesystem_defaults={"timeout": 1, "warn_after": 0.5})
     outcome, message = actions(rec)["drain"]
     assert outcome == "done" and "Kill task failed (JobId=4242 StepId=0)" in message
-    assert cluster.show_node("n1")["Reason"].startswith(f"slurm-hooks: fs {hung_mount.path} ")
+    assert ours(cluster.show_node("n1")["Reason"], f"fs {hung_mount.path} ")
 
 
 def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(clean_cluster, stuck_mount, tmp_path):
@@ -211,10 +211,10 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("Kill task failed"), 60,
                      what="Slurm's Kill task failed")
     write_node_configs(tmp_path, cluster, {}, dict(common, stuck_tasks={"grace": GRACE, "sample_window": 0.5}))
-    cluster.wait_for(lambda: cluster.out_of_service_reason("n2").startswith("slurm-hooks:"),
+    cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")),
                      GRACE + 3 * INTERVAL + 10, what="the precise reason in place of Kill task failed")
     reason = cluster.show_node("n2")["Reason"]
-    assert reason.startswith(f"slurm-hooks: job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason
+    assert ours(reason, f"job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason
     assert cluster.job_state(job) in ("CANCELLED", "COMPLETING")
     # Slurm shows the reason a moment before the run that set it has written its journal line.
     drains = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n2") for a in r["actions"]

@@ -8,7 +8,7 @@ NODE = ("NodeName=n1 Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2
         "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=127.0.0.1 "
         "NodeHostName=n1 Version=22.05.8 OS=Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC RealMemory=1 "
         "State=IDLE+DRAIN ThreadsPerCore=1 Partitions=debug "
-        "Reason=slurm-hooks: fs /scratch write hung >10s (fuse); x=y z [root@2026-11-29T22:20:45]")
+        "Reason=fs /scratch write hung >10s (fuse); x=y z [slurm-hooks] [root@2026-11-29T22:20:45]")
 JOB = ("JobId=12 JobName=train UserId=root(0) Priority=1 JobState=RUNNING Reason=None "
        "Requeue=1 Restarts=0 BatchFlag=1 AdminComment=slurm-hooks: job 12 rank 0 pid 4 stuck a=b "
        "NodeList=n[1-3] Command=/tmp/run me.sh WorkDir=/tmp")
@@ -18,8 +18,8 @@ def test_node_reason_with_spaces_and_equals_stays_whole():
     d = parse_oneliner(NODE)
     assert d["State"] == "IDLE+DRAIN"
     assert d["OS"] == "Linux 6.18.44 #1 SMP PREEMPT_DYNAMIC"
-    assert d["Reason"] == "slurm-hooks: fs /scratch write hung >10s (fuse); x=y z [root@2026-11-29T22:20:45]"
-    assert strip_reason_stamp(d["Reason"]) == "slurm-hooks: fs /scratch write hung >10s (fuse); x=y z"
+    assert d["Reason"] == "fs /scratch write hung >10s (fuse); x=y z [slurm-hooks] [root@2026-11-29T22:20:45]"
+    assert strip_reason_stamp(d["Reason"]) == "fs /scratch write hung >10s (fuse); x=y z [slurm-hooks]"
 
 
 def test_job_free_text_fields():
@@ -76,7 +76,7 @@ def node_line(name: str, reason: str, after: str = "") -> str:
 
 
 def test_only_slurms_own_stamp_at_the_end_is_the_stamp():
-    forged = "slurm-hooks: fs /scratch write hung >10s (fuse) /scratch/u/a [x@2020-01-01T00:00:00] Comment=b"
+    forged = "fs /scratch write hung >10s (fuse) /scratch/u/a [x@2020-01-01T00:00:00] Comment=b [slurm-hooks]"
     # scontrol's line: the reason runs to the last stamp, not to the first one a file
     # name holds, and what follows the real one (an admin's Comment) is its own field.
     d = parse_oneliner(node_line("n1", forged + REAL, " Comment=ops ReservationName=maint"))
@@ -84,16 +84,16 @@ def test_only_slurms_own_stamp_at_the_end_is_the_stamp():
     assert (d["Comment"], d["ReservationName"]) == ("ops", "maint")
     assert strip_reason_stamp(d["Reason"]) == forged
     # A reason without a stamp (sinfo's, node_state's) keeps a user's text at its end.
-    assert strip_reason_stamp("slurm-hooks: fs /s/a [x@0000]") == "slurm-hooks: fs /s/a [x@0000]"
+    assert strip_reason_stamp("fs /s/a [x@0000]") == "fs /s/a [x@0000]"
     from slurm_hooks.slurm.api import reason_stamp, stamp_time
     assert stamp_time(d["Reason"]) == "2026-11-29T22:20:46"
     assert reason_stamp(d["Reason"]) == (forged, "root", "2026-11-29T22:20:46")
     for tail in ("[x@0000]", " [x@0000]", " [x@2020-01-01T00:00]", " [a b@2020-01-01T00:00:00]",
                  " [x@2020-01-01T00:00:00]x", " [x[@2020-01-01T00:00:00]", "/[x@2020-01-01T00:00:00]"):
-        assert strip_reason_stamp(f"slurm-hooks: fs /s/a{tail}") == f"slurm-hooks: fs /s/a{tail}"
-        assert stamp_time(f"slurm-hooks: fs /s/a{tail}") == ""
+        assert strip_reason_stamp(f"fs /s/a{tail}") == f"fs /s/a{tail}"
+        assert stamp_time(f"fs /s/a{tail}") == ""
     # An opening bracket a file name leaves unclosed is not the start of the stamp.
-    assert strip_reason_stamp("slurm-hooks: fs /s/[a@0" + REAL) == "slurm-hooks: fs /s/[a@0"
+    assert strip_reason_stamp("fs /s/[a@0 [slurm-hooks]" + REAL) == "fs /s/[a@0 [slurm-hooks]"
     # A reason Slurm gave no time keeps every piece to the end of the line, as before.
     d = parse_oneliner(node_line("n1", "Kill task failed (JobId=7 StepId=0)"))
     assert d["Reason"] == "Kill task failed (JobId=7 StepId=0)"
@@ -119,16 +119,20 @@ def test_a_forged_stamp_neither_reorders_the_breaker_nor_is_cut_from_the_reason(
     from slurm_hooks.decide.breaker import cluster_view, keepers
     from slurm_hooks.views.status import collect
     policy = PolicyConfig(max_drained_nodes=1, max_drained_fraction=0)
-    for forged in ("slurm-hooks: fs /scratch hung /scratch/u/[a@0",
-                   "slurm-hooks: fs /scratch hung /scratch/u/a [x@2020-01-01T00:00:00] Comment=x"):
-        slurm = _Nodes([node_line("n1", "slurm-hooks: fs /scratch hung" + REAL), node_line("n2", forged + LATER)])
+    for words in ("fs /scratch hung /scratch/u/[a@0",
+                  "fs /scratch hung /scratch/u/a [x@2020-01-01T00:00:00] Comment=x"):
+        forged = f"{words} [slurm-hooks]"
+        slurm = _Nodes([node_line("n1", "fs /scratch hung [slurm-hooks]" + REAL), node_line("n2", forged + LATER)])
         view = cluster_view(slurm, "slurm-hooks:")
         assert view.stamps == {"n1": REAL[7:-1], "n2": LATER[7:-1]}
-        assert view.ours["n2"] == forged[len("slurm-hooks:"):].strip()
+        assert view.ours["n2"] == words
         assert keepers(view, policy) == ["n1"]
         [group] = collect(slurm, "slurm-hooks:", now=0).groups
         shown = {d.node: (d.reason, d.since) for d in group.nodes}
-        assert shown["n2"] == (forged[len("slurm-hooks:"):].strip(), LATER[7:-1])
+        assert shown["n2"] == (words, LATER[7:-1])
+    # A drain by an older release (its prefix, no mark) is still read as ours.
+    slurm = _Nodes([node_line("n1", "slurm-hooks: fs /scratch hung" + REAL)])
+    assert cluster_view(slurm, "slurm-hooks:").ours == {"n1": "fs /scratch hung"}
 
 
 def test_pyslurm_records_carry_the_stamp_as_scontrol_prints_it():
@@ -140,8 +144,9 @@ def test_pyslurm_records_carry_the_stamp_as_scontrol_prints_it():
 
     class Node:
         name, state, configured_gres, reason_user = "n1", "IDLE+DRAIN", {}, "root"
-        reason = "slurm-hooks: fs /s/[x@2020-01-01T00:00:00]"
+        reason = "fs /s/[x@2020-01-01T00:00:00] [slurm-hooks]"
         reason_time = None
+        comment = None
 
     assert _node_dict(Node())["Reason"] == Node.reason
     Node.reason_time = time.mktime((2026, 11, 29, 22, 20, 46, 0, 0, -1))

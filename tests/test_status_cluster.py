@@ -13,8 +13,11 @@ pytestmark = pytest.mark.cluster
 
 def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_path):
     cluster = clean_cluster
-    for n in ("n1", "n2"):
-        cluster.scontrol("update", f"nodename={n}", "state=drain", "reason=slurm-hooks: fs /shared fsync hung >10s (nfs4)")
+    from slurm_hooks.core.reason import cause_text
+    # Grouped by the cause recorded in the Comment: the words of n2's reason differ.
+    for n, secs in (("n1", 10), ("n2", 12)):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", f"reason=fs /shared fsync hung >{secs}s (nfs4) [slurm-hooks]",
+                         "comment=" + cause_text("filesystem", "/shared", "/shared", "2026-12-02T03:50:00"))
     cluster.scontrol("update", "nodename=n3", "state=drain", "reason=admin: firmware update")
     job = cluster.sbatch("-N1", "--hold", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     cluster.scontrol("update", f"jobid={job}",
@@ -25,7 +28,7 @@ def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_p
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == "slurm-hooks status: 2 of 3 nodes drained by slurm-hooks"
-    assert lines[1] == "  fs /shared: OUTAGE on 2 nodes"
+    assert lines[1] == "  filesystem /shared: OUTAGE on 2 nodes"
     assert lines[2].startswith("    n1 ") and lines[2].endswith("ago  fs /shared fsync hung >10s (nfs4)")
     assert any(f"job {job} diagnosed (PENDING, restarts 0)" in ln for ln in lines)
     assert lines[-1] == "  out of service by others (left alone): n3 IDLE+DRAIN (admin: firmware update)"
@@ -33,7 +36,7 @@ def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_p
                                   text=True, timeout=60).stdout)
     assert j["drained_by_us"] == 2 and j["total_nodes"] == 3
     [g] = j["groups"]
-    assert g["cause"] == "fs /shared" and g["outage"] and [n["node"] for n in g["nodes"]] == ["n1", "n2"]
+    assert g["cause"] == "filesystem /shared" and g["outage"] and [n["node"] for n in g["nodes"]] == ["n1", "n2"]
     # Jobs of earlier tests that ran on n2 stay visible (MinJobAge): look at this one.
     assert [j for j in g["nodes"][1]["jobs"] if j["job"] == str(job)] == \
         [{"job": str(job), "state": "PENDING", "restarts": "0", "requeued": False}]

@@ -1,7 +1,9 @@
 """Carrying actions out through the Slurm backend, or saying what would be done.
 
 - Never undo or overwrite what an admin did: a node already drained with a reason that
-  does not carry our prefix keeps that reason, and is not resumed by us.
+  does not end in our mark (core/reason.py: is_ours) keeps that reason, and is not
+  resumed by us. A drain of ours records its cause in the node's Comment only where
+  the Comment is empty or ours, and our resume empties only a Comment of ours.
 - At most once per incident: job and reboot actions that succeeded are remembered in
   local state (the ledger, keyed by Action.keys), so the next health check, which still
   sees the same stuck task, does not requeue again or repeat the comment.
@@ -25,8 +27,9 @@ import time
 
 from ..core.model import Action, ActionResult
 from ..core.outcomes import Code, Outcome
-from ..core.reason import is_generic, one_line
+from ..core.reason import is_generic, is_our_cause, is_ours, one_line
 from ..slurm.api import (
+    CAUSE_FIELD,
     REBOOT_STATES,
     BackendError,
     OutOfTime,
@@ -133,7 +136,7 @@ def rebooted_by_us(info: dict, reason: str, prefix: str, generic: str = "") -> b
     reboot: the task that could not be killed makes slurmstepd drain the node with
     `Kill task failed` over our reason, and Slurm issues the reboot in the same instant."""
     return ("DOWN" in node_flags(info) and reason.rstrip().endswith(REBOOT_COMPLETE)
-            and (reason.startswith(prefix) or is_generic(reason, generic)))
+            and (is_ours(reason, prefix) or is_generic(reason, generic)))
 
 
 def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
@@ -147,30 +150,44 @@ def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if foreign and set(foreign) <= set(REBOOT_STATES) and is_generic(current, action.replaces):
         # A reboot is pending and Slurm's generic reason went over the one it was
         # asked with: put the precise one back (a drain leaves the reboot pending).
-        slurm.drain(action.node, action.reason)
+        _set_drain(action, slurm, info)
         return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)",
                             code=Code.REPLACED_GENERIC)
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
-        if current.startswith(prefix) and reason_is_current(info):
+        if is_ours(current, prefix) and reason_is_current(info):
             return ActionResult(action, SKIPPED, f"already out of service ({_state(info)}) by slurm-hooks "
                                 f"(reason: {current}); left as it is", code=Code.ALREADY_OURS)
         return ActionResult(action, SKIPPED, f"node is {_state(info)} (reason: {current or 'none'}), not "
                             "by slurm-hooks: left alone, report only", code=Code.FOREIGN_STATE)
     if node_is_drained(info):
         generic = is_generic(current, action.replaces)
-        if not current.startswith(prefix) and not generic:
+        if not is_ours(current, prefix) and not generic:
             return ActionResult(action, SKIPPED,
                                 f"already drained by someone else (reason: {current or 'none'}); left as it is",
                                 code=Code.FOREIGN_DRAIN)
         if current == action.reason:
             return ActionResult(action, SKIPPED, "already drained with this reason", code=Code.ALREADY_DRAINED)
         if generic:
-            slurm.drain(action.node, action.reason)
+            _set_drain(action, slurm, info)
             return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}",
                                 code=Code.REPLACED_GENERIC)
-    slurm.drain(action.node, action.reason)
+    _set_drain(action, slurm, info)
     return ActionResult(action, DONE)
+
+
+def _set_drain(action: Action, slurm: SlurmBackend, info: dict) -> None:
+    """Drain with our reason, and our cause in the same update unless the node's Comment
+    is somebody else's (an admin's note stays as it is)."""
+    comment = info.get(CAUSE_FIELD, "")
+    if action.cause and (not comment or is_our_cause(comment)):
+        slurm.drain_with_cause(action.node, action.reason, action.cause)
+    else:
+        slurm.drain(action.node, action.reason)
+
+
+def _ours_to_clear(info: dict) -> bool:
+    return is_our_cause(info.get(CAUSE_FIELD, ""))
 
 
 def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
@@ -178,14 +195,17 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if info is None:
         return current
     after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
-    if not current.startswith(prefix) and not after_reboot:
+    if not is_ours(current, prefix) and not after_reboot:
         if not node_is_drained(info) and not foreign_states(info):
             return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
         return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
                             "not ours to resume", code=Code.NOT_OURS)
     if after_reboot:
         # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
-        slurm.resume(action.node)
+        if _ours_to_clear(info):
+            slurm.release(action.node, "RESUME")
+        else:
+            slurm.resume(action.node)
         return ActionResult(action, DONE, "back in service after its reboot: the health check passed",
                             code=Code.AFTER_REBOOT)
     foreign = foreign_states(info)
@@ -197,7 +217,10 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
                             "left in place, report only", code=Code.FOREIGN_STATE)
     if not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
-    slurm.undrain(action.node)
+    if _ours_to_clear(info):
+        slurm.release(action.node, "UNDRAIN")
+    else:
+        slurm.undrain(action.node)
     return ActionResult(action, DONE)
 
 
@@ -342,7 +365,7 @@ def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     info, current = _node(action, slurm)
     if info is None:
         return current
-    if not current.startswith(prefix):
+    if not is_ours(current, prefix):
         return ActionResult(action, SKIPPED, f"the node's reason is not ours ({current or 'none'}, "
                             f"{_state(info)}): no reboot asked for", code=Code.NOT_OURS)
     if rebooted_by_us(info, current, prefix):
@@ -373,7 +396,7 @@ def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if info is None:
         return current
     flags = node_flags(info)
-    ours = current.startswith(prefix) or is_generic(current, action.replaces)
+    ours = is_ours(current, prefix) or is_generic(current, action.replaces)
     if not (ours and "REBOOT_REQUESTED" in flags and "COMPLETING" in flags and "DOWN" not in flags):
         return ActionResult(action, SKIPPED, f"no longer held for our reboot ({_state(info)}, reason: "
                             f"{current or 'none'}): left as it is", code=Code.NOT_HELD)

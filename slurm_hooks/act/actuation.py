@@ -73,7 +73,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
             a.replaces = "|".join(filter(None, [run.generic_reason, hook_failure.get("replaces", "")]))
     if hook_failure and not any(a.kind == "drain" for a in actions):
         actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
-                                 replaces=hook_failure.get("replaces", ""), replace_only=True))
+                                 replaces=hook_failure.get("replaces", ""), replace_only=True,
+                                 cause=str(hook_failure.get("cause") or "")))
     resume, drain = policy.resume_decision(findings, drain, node, cfg.policy.resume_after)
     if others_failing:
         # Never resume while another tool fails the node: it would drain it again, and
@@ -150,7 +151,7 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     kill: Slurm 25.11 waits for it for ever) is set DOWN, so that Slurm reboots it.
     Returns (the action: resume or down, or None; the record)."""
     from ..core.model import Action
-    from ..core.reason import is_generic
+    from ..core.reason import is_generic, is_ours
     from ..slurm.api import REBOOT_STATES, SlurmError, node_flags
     from .actions import rebooted_by_us
     try:
@@ -167,7 +168,7 @@ def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, re
     if not rebooted_by_us(info, reason, prefix, generic):
         flags = node_flags(info)
         waiting = any(s in flags for s in REBOOT_STATES) and \
-            (reason.startswith(prefix) or is_generic(reason, generic))
+            (is_ours(reason, prefix) or is_generic(reason, generic))
         if not waiting:
             return None, {}
         asked = (reboot or {}).get("at")
@@ -223,13 +224,14 @@ def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool
 PICTURE_SHARE = 0.5
 
 
-def remember_hook_failure(state: StateStore, run, reason: str, job: str | None, resumable: bool) -> None:
+def remember_hook_failure(state: StateStore, run, reason: str, cause: str, job: str | None,
+                          resumable: bool) -> None:
     """A prolog or epilog failed: the drain is Slurm's (its generic reason) or ours
     without the health check's follow-up yet. What the next health check needs to put
     the precise reason in place and, later, to resume: actuation's own state files,
     written here and nowhere else."""
     now = time.time()
-    state.save("hook-failure", {"hook": run.name, "reason": reason, "at": now, "job": job,
+    state.save("hook-failure", {"hook": run.name, "reason": reason, "cause": cause, "at": now, "job": job,
                                 "replaces": run.generic_reason})
     state.save("drain", {"reason": reason, "resumable": resumable, "passes": 0, "at": now})
 
@@ -285,7 +287,7 @@ def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: State
     if back:
         # Drained in a storm by a run that read the cluster before the others drained.
         try:
-            slurm.resume(node)
+            _step_back(slurm, view, node)
         except SlurmError:
             return [], view
         state.save("breaker", {"open": True, "why": back, "at": time.time()})
@@ -312,15 +314,26 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
     if slurm.deadline is None or time.monotonic() + wait + MIN_CALL < slurm.deadline:
         time.sleep(wait)         # every drain that sorts ahead of ours is visible after it
     try:
-        why = step_back(cluster_view(slurm, cfg.reason_prefix), node, cfg.policy)
+        view = cluster_view(slurm, cfg.reason_prefix)
+        why = step_back(view, node, cfg.policy)
         if why:
-            slurm.resume(node)
+            _step_back(slurm, view, node)
     except SlurmError:
         return results          # the drain stands; the next run re-reads
     if not why:
         return results
     state.save("breaker", {"open": True, "why": why, "at": time.time()})
     return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
+
+
+def _step_back(slurm, view, node: str) -> None:
+    """Resume our own drain, emptying the cause it recorded in the same update."""
+    from ..core.reason import is_our_cause
+    from ..slurm.api import CAUSE_FIELD
+    if is_our_cause(view.infos.get(node, {}).get(CAUSE_FIELD, "")):
+        slurm.release(node, "RESUME")
+    else:
+        slurm.resume(node)
 
 
 def _identity(a) -> tuple:

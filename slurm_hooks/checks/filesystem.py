@@ -322,7 +322,8 @@ class FilesystemCheck:
             if o.status == STILL_HUNG:
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(o.since))
                 detail = f"still hung since {stamp} (probe pid {o.pid} stuck in the kernel)"
-            return self._finding(t, "hung", f"fs {t.path} {step} hung >{t.timeout:g}s ({fstype})",
+            # What and where first: `sinfo -R` shows a reason's first 20 characters.
+            return self._finding(t, "hung", f"fs {t.path} hung >{t.timeout:g}s ({step}, {fstype})",
                                  detail=detail, evidence=ev)
         if o.status != DONE:
             return self._finding(t, "error", f"fs {t.path} probe failed ({fstype})",

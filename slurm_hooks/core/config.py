@@ -441,8 +441,9 @@ class Config:
                                     doc="This node's Slurm name. Default: $SLURMD_NODENAME, "
                                     "else the short hostname.")
     reason_prefix: str = setting("slurm-hooks:",
-                                 doc="Starts every node reason we set, so our drains can be "
-                                 "told from an admin's. Must not be empty.")
+                                 doc="Starts every job AdminComment slurm-hooks writes. Node reasons "
+                                 "end in the mark `[slurm-hooks]` instead; one that starts with this "
+                                 "prefix (set by an older release) is still read as ours. Must not be empty.")
     state_dir: str = setting("/var/lib/slurm-hooks", kind="path",
                              doc="Local directory for state between runs (one subdirectory "
                              "per node name). Never on a probed shared filesystem.")
@@ -920,7 +921,7 @@ class _Validator:
     def check_Config(self, cfg: Config, node, prefix: str) -> None:
         if not cfg.reason_prefix.strip():
             self.fail(_child(node, "reason_prefix"), "reason_prefix", "must not be empty: it is how "
-                      "slurm-hooks tells its own drains from an admin's")
+                      "slurm-hooks tells its own job comments, and older releases' drains, from an admin's")
 
     def check_BesideConfig(self, b: BesideConfig, node, prefix: str) -> None:
         if b.command and not b.command[0].startswith("/"):

@@ -38,7 +38,7 @@ class Finding:
     target: str                # what it is about, e.g. "/scratch"
     status: str                # check-specific verdict: ok, slow, hung, error, missing, ...
     severity: str              # OK, WARN or FAIL
-    summary: str               # one short line, fit for a node reason: "fs /scratch write hung >10s (fuse)"
+    summary: str               # one short line, fit for a node reason: "fs /scratch hung >10s (write, fuse)"
     detail: str = ""           # a longer line for people reading a report
     evidence: dict = field(default_factory=dict)
     job: str | None = None     # the Slurm job it concerns, if any
@@ -123,6 +123,7 @@ class Action:
     after_job: str | None = None  # reboot: only once Slurm says this job no longer runs here
     recovery: Recovery | None = None  # recover: the mount, its method and what it must free
     ran_here: bool = False     # comment: about a job that ran here and was requeued since
+    cause: str = ""            # drain: the machine-readable cause for the node's Comment
 
     @property
     def keys(self) -> list[str]:

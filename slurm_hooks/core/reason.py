@@ -79,20 +79,116 @@ def truncate_bytes(text: str, limit: int) -> str:
     return cut + "…"
 
 
-def make_reason(prefix: str, parts: list[str], limit: int = REASON_LIMIT) -> str:
-    """`prefix part1; part2 (+N more)`, one clean line within limit bytes."""
-    prefix = one_line(prefix)
+# Our mark: every node reason slurm-hooks sets ends in it. At the end, so that the first
+# 20 characters, all `sinfo -R` shows, are the key words (`fs /scratch write hung`);
+# anchored there, because process names and paths that users choose sit inside our
+# reasons: a user can put the mark anywhere in the text, never after our last word.
+# Slurm's own notes on a reboot (` : reboot complete`) may follow it.
+MARK = "[slurm-hooks]"
+SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+# What older releases started every node reason with (the `reason_prefix` setting's
+# default): a node they drained is still ours after an upgrade.
+LEGACY_PREFIX = "slurm-hooks:"
+
+
+def make_reason(parts: list[str], limit: int = REASON_LIMIT) -> str:
+    """`part1; part2 (+N more) [slurm-hooks]`, one clean line within limit bytes."""
+    room = limit - len(MARK.encode()) - 1
     items = [one_line(p) for p in parts if one_line(p)]
     body = "; ".join(items)
-    text = f"{prefix} {body}".strip()
-    if len(text.encode("utf-8")) <= limit or len(items) <= 1:
-        return truncate_bytes(text, limit)
+    if len(body.encode("utf-8")) <= room or len(items) <= 1:
+        return mark(body, limit)
     # Keep as many whole parts as fit, then say how many were left out.
     for keep in range(len(items) - 1, 0, -1):
-        text = f"{prefix} {'; '.join(items[:keep])} (+{len(items) - keep} more)"
-        if len(text.encode("utf-8")) <= limit:
-            return text
-    return truncate_bytes(f"{prefix} {items[0]} (+{len(items) - 1} more)", limit)
+        text = f"{'; '.join(items[:keep])} (+{len(items) - keep} more)"
+        if len(text.encode("utf-8")) <= room:
+            return mark(text, limit)
+    return mark(f"{items[0]} (+{len(items) - 1} more)", limit)
+
+
+def mark(words: str, limit: int = REASON_LIMIT) -> str:
+    """Words of ours as a node reason: cut to fit, then the mark, always last."""
+    words = one_line(words)
+    return f"{truncate_bytes(words, limit - len(MARK.encode()) - 1)} {MARK}".lstrip()
+
+
+def _without_notes(reason: str) -> str:
+    reason = reason.rstrip()
+    changed = True
+    while changed:
+        changed = False
+        for note in SLURM_NOTES:
+            if reason.endswith(note):
+                reason, changed = reason[:-len(note)].rstrip(), True
+    return reason
+
+
+def is_ours(reason: str, prefix: str = LEGACY_PREFIX) -> bool:
+    """Did slurm-hooks set this node reason (without Slurm's stamp)? It ends in our mark,
+    Slurm's reboot notes aside; or it starts with the prefix of older releases."""
+    body = _without_notes(reason)
+    return body == MARK or body.endswith(" " + MARK) or bool(prefix.strip()) and reason.startswith(prefix)
+
+
+def words_of(reason: str, prefix: str = LEGACY_PREFIX) -> str:
+    """A reason of ours without its mark (or old prefix) and Slurm's reboot notes: the
+    words people read."""
+    body = _without_notes(reason)
+    if body == MARK or body.endswith(" " + MARK):
+        return body[:-len(MARK)].strip()
+    if prefix.strip() and body.startswith(prefix):
+        return body[len(prefix):].strip()
+    return body
+
+
+def with_note(reason: str, note: str, limit: int = REASON_LIMIT) -> str:
+    """A reason of ours with `note` added to its words, the mark still last: the words
+    before the note give way when the whole does not fit."""
+    words, note = one_line(words_of(reason)), one_line(note)
+    room = limit - len(MARK.encode()) - len(note.encode()) - 2
+    return mark(f"{truncate_bytes(words, room)} {note}", limit)
+
+
+# The machine-readable cause of a drain of ours, kept in the node's Comment (set with the
+# drain, cleared with our resume): `slurm-hooks:cause {"check":...,"where":...,
+# "incident":...,"since":...}`. The JSON has no blank (escaped as \u0020) and no `|`
+# (\u007c), so no reader of `scontrol -o` or `sinfo -O` lines can cut it apart.
+CAUSE_TAG = "slurm-hooks:cause"
+CAUSE_LIMIT = 1000
+UNKNOWN_CAUSE = "unknown cause"
+
+
+def cause_text(check: str, where: str, incident: str, since: str) -> str:
+    import json
+    where = one_line(where)[:400]
+    data = json.dumps({"check": one_line(check), "where": where, "incident": one_line(incident)[:400],
+                       "since": since}, separators=(",", ":"), ensure_ascii=True)
+    return f"{CAUSE_TAG} " + data.replace(" ", "\\u0020").replace("|", "\\u007c")
+
+
+def is_our_cause(text: str) -> bool:
+    return text.startswith(CAUSE_TAG + " {")
+
+
+def read_cause(text: str) -> dict | None:
+    """The cause a drain of ours recorded, None when `text` is not one (empty, an
+    admin's comment, a drain by an older release)."""
+    import json
+    if not is_our_cause(text):
+        return None
+    try:
+        data = json.loads(text[len(CAUSE_TAG) + 1:])
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("check"), str) else None
+
+
+def cause_group(cause: dict | None) -> str:
+    """What an outage is grouped by: the check and where it failed, from the recorded
+    cause alone (never the reason's words)."""
+    if not cause:
+        return UNKNOWN_CAUSE
+    return f"{cause['check']} {cause.get('where') or ''}".strip()
 
 
 def shorten_path(path: str, limit: int = 80) -> str:

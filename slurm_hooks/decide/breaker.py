@@ -5,14 +5,16 @@ node's health check fail at once. Draining them all would turn an outage into a
 complete stop. Before draining, the cluster is asked how many nodes slurm-hooks
 already drained; at the limit (`policy.max_drained_nodes`, or the share
 `policy.max_drained_fraction`, whichever is larger) new drains are only reported, loudly,
-and many nodes drained for the same cause are reported as one outage.
+and many nodes drained for the same cause are reported as one outage: the same cause is
+the same check failing in the same place, as each drain recorded it in the node's
+Comment (core/reason.py: cause_text), never a reading of the reason's words.
 
 Checking first is not enough: slurmd starts every node's health check at the same
 moment (no CYCLE), so during one outage all of them read "0 drained" and all drain.
 So a node that has just drained itself reads the cluster again, and when more nodes
 are drained by slurm-hooks than the limit allows, the ones beyond the limit in one
 stable order (earliest reason stamp, then node name) step back: each resumes itself
-(only its own drain, with our prefix) and reports the drain as held. Every node
+(only its own drain, with our mark) and reports the drain as held. Every node
 computes the same order from the same reasons, so no coordination is needed.
 
 The re-read waits for the second of its own drain to pass (`settle`). Slurm stamps a
@@ -37,14 +39,16 @@ import math
 import time
 
 from ..core.hostlist import natural_key
+from ..core.reason import UNKNOWN_CAUSE, cause_group, is_ours, read_cause, words_of
 from ..core.records import dataclass, field
-from ..slurm.api import foreign_states, node_is_drained, reason_is_current, stamp_time, strip_reason_stamp
+from ..slurm.api import CAUSE_FIELD, foreign_states, node_is_drained, reason_is_current, stamp_time, strip_reason_stamp
 
 
 @dataclass
 class ClusterView:
     total: int
     ours: dict = field(default_factory=dict)     # node -> our reason, for nodes we drained
+    causes: dict = field(default_factory=dict)   # node -> what its drain is grouped by (cause_group)
     stamps: dict = field(default_factory=dict)   # node -> when its reason was set (Slurm's stamp)
     infos: dict = field(default_factory=dict)    # node -> `scontrol show node` fields
 
@@ -58,9 +62,10 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
         reason = strip_reason_stamp(raw)
         # Ours: drained, or DOWN/rebooting after a reboot we asked for.
         if (node_is_drained(info) or foreign_states(info)) and reason_is_current(info) \
-                and reason.startswith(prefix):
-            view.ours[info["NodeName"]] = reason[len(prefix):].strip()
+                and is_ours(reason, prefix):
+            view.ours[info["NodeName"]] = words_of(reason, prefix)
             view.stamps[info["NodeName"]] = stamp_time(raw)
+            view.causes[info["NodeName"]] = cause_group(read_cause(info.get(CAUSE_FIELD, "")))
     return view
 
 
@@ -104,20 +109,6 @@ def step_back(view: ClusterView, node: str, policy) -> str | None:
             f"{', '.join(keep[:8])}{', ...' if len(keep) > 8 else ''})")
 
 
-def cause_of(reason: str) -> str:
-    """What a reason is about, for grouping: 'fs /scratch', 'gpu', 'job', ..."""
-    words = reason.split()
-    if not words:
-        return "?"
-    if words[0] == "fs" and len(words) > 1:
-        return f"fs {words[1]}"
-    if words[0] == "job" and "on" in words:
-        # A stuck job is about where it is stuck: group by the mount in parentheses.
-        tail = reason.rsplit("(", 1)[-1].rstrip(")")
-        return f"stuck on {tail}" if tail != reason else "stuck job"
-    return words[0]
-
-
 def limit(view: ClusterView, policy) -> int | None:
     limits = []
     if policy.max_drained_nodes:
@@ -134,11 +125,13 @@ def verdict(view: ClusterView, node: str, policy) -> str | None:
     if cap is None or len(others) < cap:
         return None
     groups: dict[str, list[str]] = {}
-    for n, r in sorted(others.items()):
-        groups.setdefault(cause_of(r), []).append(n)
-    cause, nodes = max(groups.items(), key=lambda kv: len(kv[1]))
+    for n in sorted(others):
+        groups.setdefault(view.causes.get(n, UNKNOWN_CAUSE), []).append(n)
+    # The largest group of a known cause; drains without a recorded cause (older ones)
+    # are one "unknown cause" group, never called an outage.
+    cause, nodes = max(groups.items(), key=lambda kv: (kv[0] != UNKNOWN_CAUSE, len(kv[1])))
     outage = (f"; {len(nodes)} of them for {cause} ({', '.join(nodes[:8])}{', ...' if len(nodes) > 8 else ''}): "
-              f"looks like one outage of {cause.replace('fs ', '').replace('stuck on ', '')}, not {len(nodes)} sick nodes"
-              if len(nodes) >= 2 else "")
+              f"looks like one outage, not {len(nodes)} sick nodes"
+              if len(nodes) >= 2 and cause != UNKNOWN_CAUSE else "")
     return (f"drain-storm breaker open: {len(others)} nodes already drained by slurm-hooks "
             f"(limit {cap} of {view.total}){outage}")

@@ -1,7 +1,9 @@
 """Policy: findings in, actions out. A pure function, so it is tested on data alone.
 
 - Any failing finding drains the node, with one reason naming every failing finding
-  (job findings first: they say the most; as many whole ones as fit in 255 bytes).
+  (job findings first: they say the most; as many whole ones as fit in 255 bytes),
+  ending in our mark (core/reason.py), and the machine-readable cause of the first one
+  for the node's Comment: what the breaker and `status` group an outage by.
 - A failing finding tied to a job also records the diagnosis on the job and requeues
   it, so the job's healthy nodes are freed and it resumes elsewhere from its checkpoint.
 - A stuck task asks for a reboot (`reboot ASAP`: once the node is idle) when killing
@@ -22,7 +24,7 @@ diagnosed task: Slurm must agree it is the job's user before anything is done.
 from __future__ import annotations
 
 from ..core.model import FAIL, Action, Finding
-from ..core.reason import make_reason, one_line
+from ..core.reason import cause_text, make_reason, one_line, with_note
 
 COMMENT_LIMIT = 1000
 
@@ -39,9 +41,9 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
     if not failing:
         return out
     failing.sort(key=lambda f: f.job is None)          # stable: job findings first
-    reason = make_reason(prefix, [f.reason_text for f in failing])
+    reason = make_reason([f.reason_text for f in failing])
     if actions_cfg.drain:
-        out.append(Action("drain", node=node, reason=reason))
+        out.append(Action("drain", node=node, reason=reason, cause=cause_of(failing[0], now)))
     jobs: dict[str, list[Finding]] = {}
     for f in failing:
         if f.job is not None and not f.keep_job:
@@ -68,6 +70,14 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
             out.append(Action("reboot", node=node, reason=reason, incident=f.incident or f.target,
                               after_job=f.job))
     return out
+
+
+def cause_of(f: Finding, now: float) -> str:
+    """The cause a drain for `f` records: its check, where it failed (the mount a task
+    is stuck on, else its target), its incident and when."""
+    import time
+    where = str(f.evidence.get("mountpoint") or f.target)
+    return cause_text(f.check, where, f.incident or f.target, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)))
 
 
 def _uid(findings: list[Finding]) -> int | None:
@@ -235,6 +245,4 @@ def _node_of(actions: list[Action]) -> str:
 
 
 def _tried(reason: str, method: str, point: str) -> str:
-    from ..core.reason import REASON_LIMIT, truncate_bytes
-    note = f" (recovery tried: {one_line(method)} {one_line(point)})"
-    return truncate_bytes(reason, REASON_LIMIT - len(note.encode())) + note
+    return with_note(reason, f"(recovery tried: {one_line(method)} {one_line(point)})")

@@ -98,14 +98,15 @@ def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, dr
     state = StateStore(state_dir(cfg, node))
     reason = drain.action.reason
     failing = [f for f in record.findings if f.severity == FAIL]
-    remember_hook_failure(state, behaviour(hook), reason, job.id if job else None,
+    remember_hook_failure(state, behaviour(hook), reason, drain.action.cause, job.id if job else None,
                           all(f.resumable for f in failing))
     record.local_errors += state.errors
     if behaviour(hook).acts_by_exit or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
-        spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay)
+        spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay,
+                       drain.action.cause)
 
 
-def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float) -> None:
+def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float, cause: str = "") -> None:
     """In a detached helper: after a back-off, ask Slurm once about this node and put
     the precise reason in place of its generic one. No polling, no node list (Slurm's
     prolog/epilog guide). If Slurm has not drained the node by then, the next health
@@ -117,7 +118,7 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float)
     from ..slurm.connect import open_backend
     time.sleep(delay)
     slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
-    action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True)
+    action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True, cause=cause)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
     if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:
         state = StateStore(state_dir(cfg, node))

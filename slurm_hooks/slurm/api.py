@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     class SlurmBackend(Protocol):
         """What slurm-hooks asks of Slurm. Node and job records are dicts keyed the way
         `scontrol -o show node|job` prints them (State, Reason with its [user@time] stamp,
-        Gres, JobId, ArrayJobId, ArrayTaskId, UserId, NodeList, JobState, Requeue,
+        Comment (node_state's too), Gres, JobId, ArrayJobId, ArrayTaskId, UserId, NodeList, JobState, Requeue,
         BatchFlag, AdminComment, Restarts)."""
 
         name: str
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
         def show_job(self, job: str) -> dict | None: ...
         def list_jobs(self) -> list[dict]: ...
         def drain(self, node: str, reason: str) -> None: ...
+        # One update: DRAIN, the reason and our cause in the node's CAUSE_FIELD.
+        def drain_with_cause(self, node: str, reason: str, cause: str) -> None: ...
+        # One update: UNDRAIN or RESUME (`state`), and CAUSE_FIELD emptied.
+        def release(self, node: str, state: str) -> None: ...
         def undrain(self, node: str) -> None: ...
         def resume(self, node: str) -> None: ...
         def set_down(self, node: str, reason: str) -> None: ...
@@ -70,6 +74,13 @@ class SlurmCode:
     JOB_PENDING = "job_pending"              # requeue: the job is pending already (requeued by someone)
     NO_REBOOT_PROGRAM = "no_reboot_program"  # reboot: slurm.conf sets no RebootProgram
     BACKEND_UNUSABLE = "backend_unusable"    # the backend asked for cannot be used here
+
+
+# Where a drain of ours keeps its machine-readable cause (core/reason.py: cause_text):
+# the node's Comment, which `scontrol update nodename=N comment=...` sets and empties on
+# Slurm 22.05 and 25.11 alike, and pyslurm's Node(comment=...) sets. Not Extra: from
+# 23.02 on it is what `--extra` job constraints match against, and slurmd may set it.
+CAUSE_FIELD = "Comment"
 
 
 class SlurmError(Exception):

@@ -16,7 +16,8 @@ callers cannot tell the backends apart.
 Two operations have no libslurm call pyslurm binds, and scontrol itself uses Slurm's
 internal protocol for them, so they go through scontrol here too: `reboot`
 (REQUEST_REBOOT_NODES) and `listpids` (read from this host's slurmstepd sockets, not
-an RPC). The drain-storm breaker's node list is the scontrol backend's one-RPC read
+an RPC); so does `release`, whose emptied Comment pyslurm would send as "no change".
+The drain-storm breaker's node list is the scontrol backend's one-RPC read
 through libslurm (slurm/slurmlib.py): pyslurm's `Nodes.load()` (which `status` uses) always
 loads the partitions too, a second RPC on every failing run of every node. Two others
 use plain libslurm functions pyslurm does not expose, called with ctypes in the child:
@@ -29,7 +30,17 @@ from __future__ import annotations
 import os
 import time
 
-from .api import STAMP_FORMAT, BackendError, Choice, OutOfTime, SlurmCode, SlurmError, SlurmUnavailable, strip_reason_stamp
+from .api import (
+    CAUSE_FIELD,
+    STAMP_FORMAT,
+    BackendError,
+    Choice,
+    OutOfTime,
+    SlurmCode,
+    SlurmError,
+    SlurmUnavailable,
+    strip_reason_stamp,
+)
 from .scontrol import said_code
 
 JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running job ("Incomplete")
@@ -115,7 +126,8 @@ class PyslurmBackend:
             return None
         reason = strip_reason_stamp(info.get("Reason", ""))
         return {"NodeName": node, "State": info.get("State", "").upper(),
-                "Reason": "" if reason in ("none", "(null)") else reason}
+                "Reason": "" if reason in ("none", "(null)") else reason,
+                CAUSE_FIELD: info.get(CAUSE_FIELD, "")}
 
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")
@@ -141,6 +153,18 @@ class PyslurmBackend:
     def drain(self, node: str, reason: str) -> None:
         self._primed.pop(node, None)
         self._call("node_state", node, "DRAIN", reason)
+
+    def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
+        self._primed.pop(node, None)
+        self._call("node_state", node, "DRAIN", reason, cause)
+
+    def release(self, node: str, state: str) -> None:
+        # pyslurm sends an empty string as "no change" (the field stays set): scontrol
+        # empties it, in the same update as the state.
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        self._primed.pop(node, None)
+        self._scontrol.release(node, state)
 
     def undrain(self, node: str) -> None:
         # UNDRAIN only clears the drain flag (never brings a DOWN node up).
@@ -233,6 +257,8 @@ def _node_dict(n) -> dict:
     out = {"NodeName": n.name, "State": n.state or ""}
     gres = n.configured_gres or {}
     out["Gres"] = ",".join(f"{k}:{v}" for k, v in gres.items()) if gres else "(null)"
+    if n.comment:
+        out[CAUSE_FIELD] = n.comment
     if n.reason:
         # pyslurm gives the reason alone: the stamp is appended here as scontrol does
         # it, only for a reason with a time (every reason an update or a reboot sets),
@@ -315,9 +341,13 @@ def _job_id(ps, job) -> int:
     return j.id
 
 
-def _op_node_state(ps, node, state, reason):
-    changes = ps.Node(state=state, reason=reason) if reason is not None else ps.Node(state=state)
-    ps.Node(node).modify(changes)
+def _op_node_state(ps, node, state, reason, cause=None):
+    fields = {"state": state}
+    if reason is not None:
+        fields["reason"] = reason
+    if cause is not None:
+        fields[CAUSE_FIELD.lower()] = cause
+    ps.Node(node).modify(ps.Node(**fields))
 
 
 def _op_admin_comment(ps, job, text):

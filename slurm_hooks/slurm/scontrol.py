@@ -28,6 +28,7 @@ import time
 
 from ..host.runner import NOT_RUN, SAFE_PATH, CommandResult, run_command
 from .api import (
+    CAUSE_FIELD,
     MIN_CALL,
     NO_CONFIG,
     SAID,
@@ -342,7 +343,10 @@ class Slurm:
         sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.
-            out = self._exec([sinfo, "-h", "-N", "-n", node, "-O", "NodeList:0|,StateComplete:0|,Reason:0"]).stdout
+            # The Comment before it ends in a unit separator: an admin's Comment may hold
+            # `|`, ours never does, and no one's holds a control character.
+            out = self._exec([sinfo, "-h", "-N", "-n", node, "-O",
+                              f"NodeList:0|,StateComplete:0|,{CAUSE_FIELD}:0\x1f,Reason:0"]).stdout
         except SlurmUnavailable:
             raise
         except SlurmError as e:
@@ -353,9 +357,11 @@ class Slurm:
             name, _, rest = line.partition("|")
             if name != node:
                 continue
-            state, _, reason = rest.partition("|")
+            state, _, rest = rest.partition("|")
+            comment, _, reason = rest.partition("\x1f")
             reason = reason.rstrip()
-            return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason}
+            return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason,
+                    CAUSE_FIELD: _no_value(comment.strip())}
         return None
 
     def show_job(self, job: str) -> dict[str, str] | None:
@@ -416,6 +422,15 @@ class Slurm:
         self._primed.pop(node, None)
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
 
+    def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
+        self._primed.pop(node, None)
+        self._run("update", f"nodename={node}", "state=drain", f"reason={reason}", f"{CAUSE_FIELD.lower()}={cause}")
+
+    def release(self, node: str, state: str) -> None:
+        self._primed.pop(node, None)
+        # An empty value empties the field (no value at all would leave it as it is).
+        self._run("update", f"nodename={node}", f"state={state.lower()}", f"{CAUSE_FIELD.lower()}=")
+
     def undrain(self, node: str) -> None:
         self._primed.pop(node, None)
         # UNDRAIN (22.05+) only clears the drain flag: unlike RESUME it never brings a
@@ -459,10 +474,14 @@ def step_refused(said: str) -> bool:
     return "Access/permission denied" in said
 
 
+def _no_value(text: str) -> str:
+    return "" if text in ("none", "(null)") else text
+
+
 def _without_stamp(info: dict[str, str] | None) -> dict[str, str] | None:
-    """node_state's {NodeName, State, Reason} of a record as scontrol shows it."""
+    """node_state's {NodeName, State, Reason, Comment} of a record as scontrol shows it."""
     if info is None:
         return None
     reason = strip_reason_stamp(info.get("Reason", ""))
     return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
-            "Reason": "" if reason in ("none", "(null)") else reason}
+            "Reason": _no_value(reason), CAUSE_FIELD: _no_value(info.get(CAUSE_FIELD, ""))}

@@ -1,7 +1,9 @@
 """`slurm-hooks status`: the cluster as slurm-hooks sees it, from any node with Slurm
 client access. Nodes drained by slurm-hooks, grouped by cause, with their age, the
 jobs it requeued from them and how far a reboot it asked for has got; many nodes drained
-for the same filesystem are shown as one outage, since that is what they are. Nodes
+for the same cause (the check and the place each drain recorded in the node's Comment,
+never the reason's words) are shown as one outage, since that is what they are; drains
+with no cause recorded (by older releases) are one "unknown cause" group. Nodes
 out of service by anyone else (an admin's drain, DOWN, MAINT, a pending reboot) are
 listed as left alone.
 """
@@ -10,9 +12,10 @@ from __future__ import annotations
 import re
 import time
 
+from ..core.reason import UNKNOWN_CAUSE, cause_group, is_ours, read_cause, words_of
 from ..core.records import asdict, dataclass, field
-from ..decide.breaker import cause_of
 from ..slurm.api import (
+    CAUSE_FIELD,
     STAMP_FORMAT,
     foreign_states,
     node_flags,
@@ -34,10 +37,7 @@ class DrainedNode:
     jobs: list[dict] = field(default_factory=list)
     state: str = ""
     reboot: str | None = None      # how far the reboot slurm-hooks asked for has got
-
-
-# Slurm appends these to the reason of a node it reboots.
-_REBOOT_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+    cause: dict | None = None      # what its drain recorded in the node's Comment
 
 
 def reboot_progress(info: dict, reason: str) -> str | None:
@@ -51,12 +51,6 @@ def reboot_progress(info: dict, reason: str) -> str | None:
     if "DOWN" in flags and reason.rstrip().endswith("reboot complete"):
         return "rebooted: DOWN until a health check passes"
     return None
-
-
-def _plain(reason: str) -> str:
-    for note in _REBOOT_NOTES:
-        reason = reason.replace(note, "")
-    return reason
 
 
 @dataclass
@@ -96,7 +90,7 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
             continue
         raw = info.get("Reason", "")
         reason = strip_reason_stamp(raw)
-        if not reason.startswith(prefix) or not reason_is_current(info):
+        if not is_ours(reason, prefix) or not reason_is_current(info):
             others.append({"node": info["NodeName"], "reason": reason if reason_is_current(info) else "",
                            "state": info.get("State", "")})
             continue
@@ -106,16 +100,23 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 age = max(0.0, now - time.mktime(time.strptime(since, STAMP_FORMAT)))
             except ValueError:
                 pass
-        ours.append(DrainedNode(node=info["NodeName"], reason=_plain(reason)[len(prefix):].strip(), since=since,
+        ours.append(DrainedNode(node=info["NodeName"], reason=words_of(reason, prefix), since=since,
                                 age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], []),
-                                state=info.get("State", ""), reboot=reboot_progress(info, reason)))
+                                state=info.get("State", ""), reboot=reboot_progress(info, reason),
+                                cause=read_cause(info.get(CAUSE_FIELD, ""))))
     groups: dict[str, list[DrainedNode]] = {}
     for d in ours:
-        groups.setdefault(cause_of(d.reason), []).append(d)
-    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        groups.setdefault(cause_group(d.cause), []).append(d)
+    ordered = sorted(groups.items(), key=lambda kv: (kv[0] == UNKNOWN_CAUSE, -len(kv[1]), kv[0]))
     return Status(total_nodes=total, drained_by_us=len(ours), drained_by_others=others,
-                  groups=[Group(cause=c, outage=len(ns) >= 2 and not c.startswith(("job", "gpu")), nodes=ns)
+                  groups=[Group(cause=c, outage=len(ns) >= 2 and _shared(ns[0].cause), nodes=ns)
                           for c, ns in ordered])
+
+
+def _shared(cause: dict | None) -> bool:
+    """Can one cause fail many nodes at once? A place they share (a filesystem, a mount
+    tasks are stuck on, the fabric) can; a GPU is each node's own."""
+    return cause is not None and not str(cause.get("check", "")).startswith("gpu")
 
 
 def age(seconds: float | None) -> str:
