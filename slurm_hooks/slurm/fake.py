@@ -17,6 +17,13 @@ tests/test_slurm_contract.py runs the same operations against this fake and agai
 both real backends on a real cluster (Slurm 22.05 and 25.11) and compares the records,
 so the fake cannot drift from what Slurm does.
 
+Where Slurm releases differ, `version` picks: 25.11 keeps a node's last reason after
+RESUME and UNDRAIN, says `Invalid node state transition` where 22.05 says `Invalid
+node state specified`, and requeues only a running job without a word (22.05 refuses
+a job that may not be requeued, or is pending, also when it is not running). Where the
+backends differ, it does as scontrol does: `cancel` of a job that ended or is unknown
+is no error (scancel exits 0; the pyslurm backend reports both).
+
 What it does not model: scheduling (a job runs where and when the test says:
 `add_job`, `start_job`), the node's boot (`complete_reboot` stands for slurmd coming
 back after RebootProgram), and the pid table of listpids (`pids`, set by the test).
@@ -43,7 +50,7 @@ RUNS = ("RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED")
 # What scontrol (or scancel) says when slurmctld refuses: the words of Slurm's error
 # codes (slurm_strerror), as the real backends pass them on.
 INVALID_NODE = "Invalid node name specified"
-INVALID_STATE = "Invalid node state specified"
+INVALID_STATE = "Invalid node state specified"            # 22.05; "... transition" from 23.02
 INVALID_JOB = "Invalid job id specified"
 BATCH_ONLY = "Only batch jobs are accepted or processed"
 DISABLED = "Requested operation is presently disabled"
@@ -212,8 +219,11 @@ class FakeSlurm:
 
     def _clear_reason(self, n: FakeNode) -> None:
         # Slurm 25.11 keeps the last reason (and its stamp) on a node put back in service.
-        if int(self.version.split(".")[0]) < 23:
+        if self._major() < 23:
             n.reason, n.reason_time = "", None
+
+    def _major(self) -> int:
+        return int(self.version.split(".")[0])
 
     def _running_on(self, node: str) -> list[dict]:
         return [j for j in self.jobs.values() if j["JobState"] in RUNS
@@ -321,7 +331,7 @@ class FakeSlurm:
         self._rpc("resume")
         n = self._node(node)
         if n.base != "DOWN" and not n.flags & {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}:
-            raise SlurmError(INVALID_STATE)
+            raise SlurmError(INVALID_STATE if self._major() < 23 else "Invalid node state transition")
         n.flags -= {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}
         n.next_state = ""
         if n.base == "DOWN":
@@ -372,6 +382,8 @@ class FakeSlurm:
         state = info["JobState"]
         if info["BatchFlag"] != "1":
             raise SlurmError(BATCH_ONLY)
+        if state not in RUNS and self._major() >= 23:
+            return                      # Incomplete: only a running job is requeued, silently
         if info["Requeue"] != "1":
             raise SlurmError(DISABLED)
         if state.startswith("PENDING") or state.startswith("REQUEUE"):
