@@ -19,8 +19,8 @@ so the fake cannot drift from what Slurm does.
 
 Where Slurm releases differ, `version` picks: 25.11 keeps a node's last reason after
 RESUME and UNDRAIN, says `Invalid node state transition` where 22.05 says `Invalid
-node state specified`, and requeues only a running job without a word (22.05 refuses
-a job that may not be requeued, or is pending, also when it is not running). Where the
+node state specified`, and requeues only a running job, leaving any other without a word (22.05
+still refuses one that may never be requeued). Where the
 backends differ, it does as scontrol does: `cancel` of a job that ended or is unknown
 is no error (scancel exits 0; the pyslurm backend reports both).
 
@@ -54,7 +54,6 @@ INVALID_STATE = "Invalid node state specified"            # 22.05; "... transiti
 INVALID_JOB = "Invalid job id specified"
 BATCH_ONLY = "Only batch jobs are accepted or processed"
 DISABLED = "Requested operation is presently disabled"
-PENDING = "Job is pending execution"
 FINISHED = "Job has already finished"
 NO_REBOOT_PROGRAM = "RebootProgram isn't defined"
 NO_REASON = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
@@ -382,14 +381,14 @@ class FakeSlurm:
         state = info["JobState"]
         if info["BatchFlag"] != "1":
             raise SlurmError(BATCH_ONLY)
-        if state not in RUNS and self._major() >= 23:
-            return                      # Incomplete: only a running job is requeued, silently
+        if state not in RUNS:
+            # Incomplete: a job that is not running is left as it is, without a word
+            # (22.05 still refuses one that may never be requeued).
+            if self._major() < 23 and info["Requeue"] != "1":
+                raise SlurmError(DISABLED)
+            return
         if info["Requeue"] != "1":
             raise SlurmError(DISABLED)
-        if state.startswith("PENDING") or state.startswith("REQUEUE"):
-            raise SlurmError(PENDING)
-        if state not in RUNS:
-            return                      # Incomplete: a job that ended stays ended
         info["JobState"], info["NodeList"] = "PENDING", "(null)"
         info["Restarts"] = str(int(info["Restarts"]) + 1)
         self._occupancy()
