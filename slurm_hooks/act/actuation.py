@@ -31,7 +31,7 @@ STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot",
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
                  hook: str = "healthcheck", started: float | None = None,
                  others_failing: str | None = None, notes: list[str] | None = None,
-                 picture=None) -> list[ActionResult]:
+                 picture=None, open_backend=None) -> list[ActionResult]:
     """Policy, breaker, spool and ledger around the Slurm backend (see act/actions.py).
 
     `picture(cfg, job, timeout) -> str`: the job-wide picture of a job about to be
@@ -40,7 +40,9 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
 
     `started`: the run's start (monotonic): every Slurm call ends by
     `actions.deadline` seconds after it, and what is left is spooled. `others_failing`:
-    another health check run beside this one (NHC) failed, so nothing is resumed."""
+    another health check run beside this one (NHC) failed, so nothing is resumed.
+    `open_backend(cfg.slurm, deadline)`: how the run reaches Slurm (slurm.connect's by
+    default; a test hands in slurm/fake.py's `FakeSlurm.open`)."""
     from ..decide import policy
     counts = state.load("failures")
     new_counts, waiting = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
@@ -82,7 +84,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         resume, drain = None, (dict(drain, passes=0) if drain else drain)
     slurm = None
     if not dry_run and not report_only:
-        from ..slurm.connect import open_backend
+        if open_backend is None:
+            from ..slurm.connect import open_backend
         slurm = open_backend(cfg.slurm, None if started is None else started + cfg.actions.deadline)
         if notes is not None and slurm.choice is not None:
             notes.append(slurm.choice.note())

@@ -1,0 +1,408 @@
+"""An in-memory Slurm for tests of decisions: the `SlurmBackend` of slurm/api.py over a
+few nodes and jobs held in dicts, with no slurmctld, no scontrol and no child process.
+
+It is for tests of what slurm-hooks decides (act/actions.py, act/actuation.py,
+decide/breaker.py): each operation changes the records the way slurmctld does and
+answers them the way the real backends print them (`scontrol.Slurm`, `pyslurm.PyslurmBackend`):
+State `IDLE+DRAIN`, `MIXED+DRAIN`, `DOWN+DRAIN`, `IDLE+DRAIN+REBOOT_REQUESTED`; a Reason
+with Slurm's ` [user@YYYY-MM-DDTHH:MM:SS]` stamp in show_node and without it in
+node_state; jobs keyed like squeue's records (JobId, ArrayJobId/ArrayTaskId,
+UserId `name(uid)`, JobState, NodeList, Requeue, BatchFlag, Restarts, AdminComment).
+It raises the real backends' errors in the same situations: `SlurmError` with
+scontrol's words where Slurm refuses, `SlurmUnavailable` while `reachable` is False
+(and for the rest of the run after one such call, as the real backends do),
+`OutOfTime` once the run's `deadline` is spent.
+
+tests/test_slurm_contract.py runs the same operations against this fake and against
+both real backends on a real cluster (Slurm 22.05 and 25.11) and compares the records,
+so the fake cannot drift from what Slurm does.
+
+Where Slurm releases differ, `version` picks: 25.11 keeps a node's last reason after
+RESUME and UNDRAIN, says `Invalid node state transition` where 22.05 says `Invalid
+node state specified`, and requeues only a running job, leaving any other without a word (22.05
+still refuses one that may never be requeued). Where the
+backends differ, it does as scontrol does: `cancel` of a job that ended or is unknown
+is no error (scancel exits 0; the pyslurm backend reports both).
+
+What it does not model: scheduling (a job runs where and when the test says:
+`add_job`, `start_job`), the node's boot (`complete_reboot` stands for slurmd coming
+back after RebootProgram), and the pid table of listpids (`pids`, set by the test).
+"""
+from __future__ import annotations
+
+import time
+
+from .api import MIN_CALL, STAMP_FORMAT, OutOfTime, SlurmError, SlurmUnavailable, reason_stamp, strip_reason_stamp
+
+TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+if TYPE_CHECKING:
+    from .api import Choice
+
+# The flags Slurm prints after a node's base state, in the order it prints them
+# (node_state_string_complete).
+FLAG_ORDER = ("CLOUD", "COMPLETING", "DRAIN", "DYNAMIC_FUTURE", "DYNAMIC_NORM", "INVALID_REG", "FAIL",
+              "MAINT", "POWER_DOWN", "POWER_UP", "NOT_RESPONDING", "POWERED_DOWN", "REBOOT_ISSUED",
+              "REBOOT_REQUESTED", "RESERVED", "PLANNED")
+ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE", "OUT_OF_MEMORY")
+RUNS = ("RUNNING", "SUSPENDED", "CONFIGURING", "COMPLETING", "STOPPED")
+
+# What scontrol (or scancel) says when slurmctld refuses: the words of Slurm's error
+# codes (slurm_strerror), as the real backends pass them on.
+INVALID_NODE = "Invalid node name specified"
+INVALID_STATE = "Invalid node state specified"            # 22.05; "... transition" from 23.02
+INVALID_JOB = "Invalid job id specified"
+BATCH_ONLY = "Only batch jobs are accepted or processed"
+DISABLED = "Requested operation is presently disabled"
+FINISHED = "Job has already finished"
+NO_REBOOT_PROGRAM = "RebootProgram isn't defined"
+NO_REASON = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
+UNREACHABLE = "Unable to contact slurm controller (connect failure)"
+REBOOT_COMPLETE = "reboot complete"
+
+
+class FakeNode:
+    def __init__(self, name: str, cpus: int, gres: str):
+        self.name, self.cpus, self.gres = name, cpus, gres
+        self.base = "IDLE"                     # IDLE, MIXED, ALLOCATED, DOWN, FUTURE
+        self.flags: set[str] = set()
+        self.reason = ""
+        self.reason_user = "root"
+        self.reason_time: float | None = None
+        self.next_state = ""                   # a pending reboot's nextstate
+        self.comment = ""
+
+    def state(self) -> str:
+        return "+".join([self.base] + [f for f in FLAG_ORDER if f in self.flags])
+
+
+class FakeSlurm:
+    """The in-memory backend. `nodes`: names, or name -> {cpus, gres}; `version`: the
+    Slurm it behaves as (25.11 keeps a node's last reason after RESUME and UNDRAIN,
+    22.05 clears it). `reachable = False` makes slurmctld not answer; `reboot_program`
+    False is a slurm.conf without RebootProgram. `calls` counts each operation asked of
+    slurmctld (an answer from primed fields is not one); `rpcs()` adds them up the way
+    slurmctld counts them."""
+
+    def __init__(self, nodes=("n1", "n2", "n3"), version: str = "25.11", name: str = "fake",
+                 cpus: int = 2, user: str = "root", reboot_program: bool = True):
+        self.name = name
+        self.version = version
+        self.user = user                                # who the calls run as (the stamp's user)
+        self.reachable = True
+        self.reboot_program = reboot_program
+        self.deadline: float | None = None
+        self.choice: Choice | None = None
+        self.down: str | None = None
+        self.env = {"PATH": "/usr/bin:/bin", "LANG": "C", "LC_ALL": "C"}
+        self.scontrol: str | None = None
+        self.where = "nowhere: an in-memory Slurm (slurm/fake.py)"
+        self.calls: dict[str, int] = {}
+        self.opened = 0
+        self.pids: dict[str, dict] = {}                 # node -> listpids' answer
+        self.nodes: dict[str, FakeNode] = {}
+        self.jobs: dict[str, dict] = {}
+        self._primed: dict[str, dict] = {}
+        self._next_job = 1000
+        spec = nodes if isinstance(nodes, dict) else {n: {} for n in nodes}
+        for n, s in spec.items():
+            self.nodes[n] = FakeNode(n, int(s.get("cpus", cpus)), s.get("gres", "(null)"))
+
+    # --- a run's connection -------------------------------------------------------------
+    def open(self, cfg=None, deadline: float | None = None) -> FakeSlurm:
+        """connect.open_backend's stand-in: each run opens the backend afresh (its own
+        deadline, no "down" from a run before, nothing primed), over the same cluster."""
+        self.opened += 1
+        self.deadline, self.down = deadline, None
+        self._primed = {}
+        return self
+
+    def rpcs(self) -> int:
+        """The RPCs slurmctld served: a node list through scontrol also loads the
+        partitions; listpids asks the node's slurmstepd, not slurmctld; show_job is
+        squeue's one job load."""
+        weight = {"list_nodes": 2, "listpids": 0}
+        return sum(weight.get(op, 1) * n for op, n in self.calls.items())
+
+    def _rpc(self, op: str) -> None:
+        if self.down is not None:
+            # No slurmctld a moment ago: the real backends do not try again this run.
+            raise SlurmUnavailable(self.down)
+        if self.deadline is not None and self.deadline - time.monotonic() < MIN_CALL:
+            raise OutOfTime("the run's time for Slurm calls is spent")
+        self.calls[op] = self.calls.get(op, 0) + 1
+        if not self.reachable:
+            self.down = UNREACHABLE
+            raise SlurmUnavailable(UNREACHABLE)
+
+    def _node(self, node: str) -> FakeNode:
+        n = self.nodes.get(node)
+        if n is None:
+            raise SlurmError(INVALID_NODE)
+        return n
+
+    # --- what a test sets up (Slurm's own doing, or an admin's) --------------------------
+    def add_job(self, nodes: str = "n1", user: str = "alice", uid: int = 1001, state: str = "RUNNING",
+                batch: bool = True, requeue: bool = True, cpus: int = 1, job: str | None = None,
+                array: str | None = None, task: int | None = None, admin_comment: str = "") -> str:
+        """A job Slurm runs (or holds) on `nodes` (comma-separated); its JobId. An array
+        element gets `array` (ArrayJobId) and `task`; the element that carries the
+        array's own id has job == array."""
+        if job is None:
+            self._next_job += 1
+            job = str(self._next_job)
+        info = {"JobId": job, "UserId": f"{user}({uid})", "JobState": state,
+                "NodeList": nodes if state in RUNS or state in ENDED else "(null)",
+                "NumNodes": str(len(nodes.split(","))), "Requeue": "1" if requeue else "0",
+                "BatchFlag": "1" if batch else "0", "Restarts": "0", "AdminComment": admin_comment or "(null)",
+                "_cpus": cpus, "_nodes": nodes}
+        if array is not None:
+            info["ArrayJobId"], info["ArrayTaskId"] = str(array), str(task if task is not None else 0)
+        self.jobs[job] = info
+        self._occupancy()
+        return job
+
+    def end_job(self, job: str, state: str = "COMPLETED") -> None:
+        self.jobs[job]["JobState"] = state
+        self._occupancy()
+
+    def start_job(self, job: str) -> None:
+        """The scheduler starts a pending job again (where it ran before)."""
+        info = self.jobs[job]
+        info["JobState"], info["NodeList"] = "RUNNING", info["_nodes"]
+        self._occupancy()
+
+    def set_state(self, node: str, base: str | None = None, flags: tuple = (), reason: str | None = None,
+                  user: str | None = None) -> None:
+        """Put a node in a state by another's hand (an admin's DOWN, MAINT, ...)."""
+        n = self._node(node)
+        if base is not None:
+            n.base = base
+        n.flags = set(flags)
+        if reason is not None:
+            self._set_reason(n, reason, user)
+        self._occupancy()
+
+    def seed(self, records: list[dict]) -> None:
+        """Take the nodes' state and reason from records as a real backend gives them
+        (list_nodes): the fake starts where a real cluster stands, its reasons' stamps too."""
+        for info in records:
+            n = self.nodes.get(info["NodeName"])
+            if n is None:
+                continue
+            states = info.get("State", "IDLE").replace("*", "").split("+")
+            n.base, n.flags = states[0], set(states[1:])
+            raw = info.get("Reason", "")
+            stamp = reason_stamp(raw)
+            if stamp is None:
+                n.reason, n.reason_time = raw, None
+            else:
+                n.reason, n.reason_user = stamp[0], stamp[1]
+                n.reason_time = time.mktime(time.strptime(stamp[2], STAMP_FORMAT))
+
+    def complete_reboot(self, node: str) -> None:
+        """slurmd is back after the reboot slurmctld issued: nextstate=DOWN keeps the
+        node DOWN with its reason and Slurm's `reboot complete` after it."""
+        n = self._node(node)
+        n.flags -= {"REBOOT_REQUESTED", "REBOOT_ISSUED", "DRAIN"}
+        if n.next_state == "DOWN":
+            n.base = "DOWN"
+            n.reason = f"{n.reason} : {REBOOT_COMPLETE}"
+        else:
+            n.base, n.reason = "IDLE", ""
+        n.next_state = ""
+        self._occupancy()
+
+    def _set_reason(self, n: FakeNode, reason: str, user: str | None = None) -> None:
+        n.reason, n.reason_user, n.reason_time = reason, user or self.user, time.time()
+
+    def _clear_reason(self, n: FakeNode) -> None:
+        # Slurm 25.11 keeps the last reason (and its stamp) on a node put back in service.
+        if self._major() < 23:
+            n.reason, n.reason_time = "", None
+
+    def _major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    def _running_on(self, node: str) -> list[dict]:
+        return [j for j in self.jobs.values() if j["JobState"] in RUNS
+                and node in j["_nodes"].split(",")]
+
+    def _occupancy(self) -> None:
+        """The base state from the jobs on each node (IDLE, MIXED, ALLOCATED), and the
+        reboot slurmctld issues once a node with one pending has no job left."""
+        for n in self.nodes.values():
+            if n.base in ("DOWN", "FUTURE"):
+                continue
+            used = sum(int(j["_cpus"]) for j in self._running_on(n.name))
+            n.base = "IDLE" if used == 0 else "MIXED" if used < n.cpus else "ALLOCATED"
+            if used == 0 and "REBOOT_REQUESTED" in n.flags:
+                n.flags = (n.flags - {"REBOOT_REQUESTED"}) | {"REBOOT_ISSUED"}
+
+    # --- properties of the records ---------------------------------------------------------
+    def _record(self, n: FakeNode) -> dict:
+        out = {"NodeName": n.name, "State": n.state(), "Gres": n.gres}
+        if n.reason:
+            stamp = (f" [{n.reason_user}@{time.strftime(STAMP_FORMAT, time.localtime(n.reason_time))}]"
+                     if n.reason_time else "")
+            out["Reason"] = n.reason + stamp
+        return out
+
+    @staticmethod
+    def _job_record(info: dict) -> dict:
+        return {k: v for k, v in info.items() if not k.startswith("_")}
+
+    # --- SlurmBackend ------------------------------------------------------------------------
+    def prime_node(self, info: dict) -> None:
+        self._primed[info["NodeName"]] = info
+
+    def show_node(self, node: str) -> dict | None:
+        primed = self._primed.get(node)
+        if primed is not None:
+            return primed
+        self._rpc("show_node")
+        n = self.nodes.get(node)
+        return None if n is None else self._record(n)
+
+    def node_state(self, node: str) -> dict | None:
+        primed = self._primed.get(node)
+        if primed is None:
+            self._rpc("node_state")
+            n = self.nodes.get(node)
+            if n is None:
+                return None
+            return {"NodeName": n.name, "State": n.state(), "Reason": n.reason}
+        reason = strip_reason_stamp(primed.get("Reason", ""))
+        return {"NodeName": node, "State": primed.get("State", "").upper(),
+                "Reason": "" if reason in ("none", "(null)") else reason}
+
+    def list_nodes(self) -> list[dict]:
+        self._rpc("list_nodes")
+        return [self._record(n) for n in self.nodes.values()]
+
+    def list_nodes_alone(self) -> list[dict]:
+        self._rpc("list_nodes_alone")
+        return [self._record(n) for n in self.nodes.values()]
+
+    def show_job(self, job: str) -> dict | None:
+        self._rpc("show_job")
+        info = self.jobs.get(job)
+        if info is None:
+            info = next((j for j in self.jobs.values()
+                         if f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
+        return None if info is None else self._job_record(info)
+
+    def list_jobs(self) -> list[dict]:
+        self._rpc("list_jobs")
+        return [self._job_record(j) for j in self.jobs.values()]
+
+    def _job(self, job: str) -> dict:
+        info = self.jobs.get(job)
+        if info is None:
+            info = next((j for j in self.jobs.values()
+                         if f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
+        if info is None:
+            raise SlurmError(INVALID_JOB)
+        return info
+
+    def drain(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        if not reason:
+            raise SlurmError(NO_REASON)          # scontrol's own check: no RPC
+        self._rpc("drain")
+        n = self._node(node)
+        n.flags.add("DRAIN")
+        self._set_reason(n, reason)
+
+    def undrain(self, node: str) -> None:
+        self._primed.pop(node, None)
+        self._rpc("undrain")
+        n = self._node(node)
+        # Not refused on a node that is not drained (DOWN or IDLE): nothing changes.
+        if "DRAIN" not in n.flags:
+            return
+        n.flags.discard("DRAIN")
+        if n.base != "DOWN" and not n.flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
+            self._clear_reason(n)
+
+    def resume(self, node: str) -> None:
+        self._primed.pop(node, None)
+        self._rpc("resume")
+        n = self._node(node)
+        if n.base != "DOWN" and not n.flags & {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}:
+            raise SlurmError(INVALID_STATE if self._major() < 23 else "Invalid node state transition")
+        n.flags -= {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}
+        n.next_state = ""
+        if n.base == "DOWN":
+            n.base = "IDLE"
+        self._clear_reason(n)
+        self._occupancy()
+
+    def set_down(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        if not reason:
+            raise SlurmError(NO_REASON)
+        self._rpc("set_down")
+        n = self._node(node)
+        n.base = "DOWN"
+        self._set_reason(n, reason)
+        # slurmctld ends the jobs of a DOWN node: a batch job that may be requeued is.
+        for j in self._running_on(node):
+            if j["BatchFlag"] == "1" and j["Requeue"] == "1":
+                j["JobState"], j["NodeList"] = "PENDING", "(null)"
+                j["Restarts"] = str(int(j["Restarts"]) + 1)
+            else:
+                j["JobState"] = "NODE_FAIL"
+        self._occupancy()
+
+    def reboot(self, node: str, reason: str) -> None:
+        self._primed.pop(node, None)
+        if not self.reboot_program:
+            # scontrol reads slurm.conf and refuses before asking slurmctld anything.
+            raise SlurmError(NO_REBOOT_PROGRAM)
+        self._rpc("reboot")
+        n = self._node(node)
+        # `reboot ASAP nextstate=DOWN reason=...`: drained at once, rebooted once idle.
+        n.flags |= {"DRAIN", "REBOOT_REQUESTED"}
+        n.next_state = "DOWN"
+        self._set_reason(n, reason)
+        self._occupancy()
+
+    def set_admin_comment(self, job: str, text: str) -> None:
+        self._rpc("set_admin_comment")
+        info = self._job(job)
+        if info["JobState"] in ENDED:
+            raise SlurmError(FINISHED)
+        info["AdminComment"] = text or "(null)"
+
+    def requeue(self, job: str) -> None:
+        self._rpc("requeue")
+        info = self._job(job)
+        state = info["JobState"]
+        if info["BatchFlag"] != "1":
+            raise SlurmError(BATCH_ONLY)
+        if state not in RUNS:
+            # Incomplete: a job that is not running is left as it is, without a word
+            # (22.05 still refuses one that may never be requeued).
+            if self._major() < 23 and info["Requeue"] != "1":
+                raise SlurmError(DISABLED)
+            return
+        if info["Requeue"] != "1":
+            raise SlurmError(DISABLED)
+        info["JobState"], info["NodeList"] = "PENDING", "(null)"
+        info["Restarts"] = str(int(info["Restarts"]) + 1)
+        self._occupancy()
+
+    def cancel(self, job: str) -> None:
+        self._rpc("cancel")
+        # scancel says nothing (exit 0) of a job that is unknown or has ended.
+        info = self.jobs.get(job) or next((j for j in self.jobs.values()
+                                           if f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
+        if info is None or info["JobState"] in ENDED:
+            return
+        info["JobState"] = "CANCELLED"
+        self._occupancy()
+
+    def listpids(self, node: str) -> dict:
+        self._rpc("listpids")
+        return dict(self.pids.get(node, {}))
