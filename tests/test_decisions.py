@@ -11,6 +11,7 @@ from slurm_hooks.act.actuation import take_actions
 from slurm_hooks.core.config import ActionsConfig, Config
 from slurm_hooks.core.model import FAIL, OK, Action, Finding
 from slurm_hooks.core.outcomes import Code, Outcome
+from slurm_hooks.core.reason import cause_text, read_cause
 from slurm_hooks.core.state import StateStore
 from slurm_hooks.decide import breaker, policy
 from slurm_hooks.host.procfs import boot_id
@@ -18,7 +19,7 @@ from slurm_hooks.slurm.api import OutOfTime
 from slurm_hooks.slurm.fake import FakeSlurm
 
 P = "slurm-hooks:"
-OURS = f"{P} fs /scratch write hung >10s (nfs4)"
+OURS = "fs /scratch write hung >10s (nfs4) [slurm-hooks]"
 
 
 def drain(node="n1", reason=OURS, **kw):
@@ -52,7 +53,7 @@ def test_drain_of_an_idle_node_reads_its_state_then_drains_it():
     slurm = FakeSlurm()
     r = one(slurm, drain())
     assert (r.outcome, r.code) == (Outcome.DONE, Code.NONE)
-    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": OURS}
+    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": OURS, "Comment": ""}
     assert slurm.show_node("n1")["Reason"].startswith(OURS + " [root@")
     assert slurm.calls == {"node_state": 2, "drain": 1, "show_node": 1}
 
@@ -73,7 +74,7 @@ def test_an_admins_drain_is_never_overwritten_nor_undone():
     r = one(slurm, drain())
     assert (r.outcome, r.code) == (Outcome.SKIPPED, Code.FOREIGN_DRAIN)
     assert one(slurm, Action("resume", node="n1", reason=OURS)).code == Code.NOT_OURS
-    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": "admin: PSU swap"}
+    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": "admin: PSU swap", "Comment": ""}
     assert slurm.show_node("n1")["Reason"].startswith("admin: PSU swap [alice@")
     assert "drain" not in slurm.calls and "undrain" not in slurm.calls
 
@@ -97,7 +98,7 @@ def test_only_our_own_drain_is_resumed_with_undrain():
     r = one(slurm, Action("resume", node="n1", reason=OURS))
     assert (r.outcome, r.code) == (Outcome.DONE, Code.NONE)
     assert slurm.calls["undrain"] == 1 and "resume" not in slurm.calls
-    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE", "Reason": ""}
+    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "IDLE", "Reason": "", "Comment": ""}
 
 
 def test_our_drain_on_a_node_someone_set_down_is_left_in_place():
@@ -119,7 +120,7 @@ def test_reboot_then_resume_only_after_the_boot_and_never_a_second_reboot():
     slurm.end_job(job)
     assert slurm.node_state("n1")["State"] == "IDLE+DRAIN+REBOOT_ISSUED"
     slurm.complete_reboot("n1")
-    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "DOWN", "Reason": f"{OURS} : reboot complete"}
+    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "DOWN", "Reason": f"{OURS} : reboot complete", "Comment": ""}
     assert one(slurm, Action("reboot", node="n1", reason=OURS)).code == Code.FAULT_SURVIVED_REBOOT
     assert slurm.calls["reboot"] == 1
     r = one(slurm, Action("resume", node="n1", reason=OURS))
@@ -246,7 +247,7 @@ def test_a_drain_costs_the_view_and_the_drain(tmp_path):
     results = actuate(config(tmp_path), state_of(tmp_path), slurm, [fs_failing()])
     assert outcomes(results) == [("drain", "done", "")]
     # The breaker's view primes the node lookup; no re-read below the limit.
-    assert slurm.calls == {"list_nodes_alone": 1, "drain": 1}
+    assert slurm.calls == {"list_nodes_alone": 1, "drain_with_cause": 1}
 
 
 def test_unreachable_slurm_spools_the_drain_and_the_next_run_replays_it(tmp_path):
@@ -256,14 +257,16 @@ def test_unreachable_slurm_spools_the_drain_and_the_next_run_replays_it(tmp_path
     assert (r.code, r.retry) == (Code.SLURM_UNREACHABLE, True)
     [entry] = state.load("spool", list)
     assert entry["action"]["kind"] == "drain" and entry["action"]["reason"] == OURS
-    assert "drain" not in slurm.calls
+    assert "drain_with_cause" not in slurm.calls
     slurm.reachable = True
     [r] = actuate(cfg, state, slurm, [])
     assert (r.action.kind, r.outcome) == ("drain", Outcome.DONE)
     assert slurm.node_state("n1")["Reason"] == OURS
     assert state.load("spool", list) == []
     assert actuate(cfg, state, slurm, []) == []       # each spooled action once
-    assert slurm.calls["drain"] == 1
+    assert slurm.calls["drain_with_cause"] == 1
+    # The cause for tools went in with it: the check and the place, in the node's Comment.
+    assert read_cause(slurm.node_state("n1")["Comment"])["where"] == "/scratch"
 
 
 def test_job_actions_are_taken_once_per_incident(tmp_path):
@@ -283,12 +286,12 @@ def test_the_breaker_holds_a_drain_at_the_cost_of_one_cluster_view(tmp_path):
     nodes = [f"n{i}" for i in range(1, 21)]
     slurm = FakeSlurm(nodes)
     for n in nodes[1:11]:
-        slurm.drain(n, f"{P} fs /scratch write hung >10s (nfs4)")
+        slurm.drain_with_cause(n, OURS, cause_text("filesystem", "/scratch", "/scratch", "2026-12-02T03:50:00"))
     slurm.calls.clear()
     cfg, state = config(tmp_path, max_drained_nodes=10, max_drained_fraction=0), state_of(tmp_path)
     [r] = actuate(cfg, state, slurm, [fs_failing()])
     assert (r.outcome, r.code) == (Outcome.HELD, Code.BREAKER)
-    assert "10 of them for fs /scratch" in r.message and "looks like one outage" in r.message
+    assert "10 of them for filesystem /scratch" in r.message and "looks like one outage" in r.message
     assert slurm.calls == {"list_nodes_alone": 1} and slurm.rpcs() == 1
     assert slurm.node_state("n1")["State"] == "IDLE"
     assert state.load("breaker")["open"] is True

@@ -20,11 +20,12 @@ import pytest
 from attacker import unprivileged_user
 
 from slurm_hooks.core.config import SlurmConfig
-from slurm_hooks.slurm.api import STAMP_INSIDE, reason_is_current
+from slurm_hooks.core.reason import cause_text
+from slurm_hooks.slurm.api import CAUSE_FIELD, STAMP_INSIDE, reason_is_current
 from slurm_hooks.slurm.connect import open_backend
 from slurm_hooks.slurm.fake import FakeSlurm
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.per_backend]
 USER = "shk-jobs"
 P = "slurm-hooks:"
 NODE_KEYS = ("NodeName", "State", "Reason")
@@ -74,11 +75,12 @@ class Side:
         return out
 
     def tried(self, op, *args) -> str:
-        """"ok" when `op` succeeded, else the name of the error's type."""
+        """"ok" when `op` succeeded, else the name of the error's type and its code (what
+        decisions read)."""
         try:
             op(*args)
         except Exception as e:
-            return type(e).__name__
+            return f"{type(e).__name__}:{getattr(e, 'code', '')}"
         return "ok"
 
 
@@ -161,6 +163,8 @@ def normal(info: dict) -> dict:
     out = {"NodeName": info["NodeName"], "State": "+".join(["ALLOCATED" if f == "MIXED" else f for f in flags])}
     if info.get("Reason") and reason_is_current(info):
         out["Reason"] = stamped(info["Reason"])
+    if info.get(CAUSE_FIELD):
+        out[CAUSE_FIELD] = info[CAUSE_FIELD]
     return out
 
 
@@ -208,6 +212,25 @@ def drain_undrain_resume(s: Side) -> list:
 
 def test_drain_undrain_resume(sides):
     agree(sides, drain_undrain_resume)
+
+
+def drain_with_cause_and_release(s: Side) -> list:
+    cause = cause_text("filesystem", "/scratch", "/scratch", "2026-12-02T03:50:00")
+    out = []
+    s.slurm.drain_with_cause("n1", "fs /scratch hung >10s (write, nfs4) [slurm-hooks]", cause)
+    out.append(("drained with its cause", s.node("n1"), s.state("n1")))
+    s.slurm.release("n1", "UNDRAIN")
+    out.append(("undrained, cause emptied", s.node("n1"), s.state("n1")))
+    s.slurm.drain_with_cause("n2", "gpu 3 lost: Xid 79 [slurm-hooks]", cause_text("gpu", "3", "3", "T"))
+    s.slurm.release("n2", "RESUME")
+    out.append(("resumed, cause emptied", s.node("n2"), s.state("n2")))
+    out.append(("unknown node", s.tried(s.slurm.drain_with_cause, "nx", "x [slurm-hooks]", cause),
+                s.tried(s.slurm.release, "nx", "RESUME")))
+    return out
+
+
+def test_drain_with_cause_and_release(sides):
+    agree(sides, drain_with_cause_and_release)
 
 
 def set_down(s: Side) -> list:

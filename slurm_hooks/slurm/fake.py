@@ -32,7 +32,17 @@ from __future__ import annotations
 
 import time
 
-from .api import MIN_CALL, STAMP_FORMAT, OutOfTime, SlurmError, SlurmUnavailable, reason_stamp, strip_reason_stamp
+from .api import (
+    CAUSE_FIELD,
+    MIN_CALL,
+    STAMP_FORMAT,
+    OutOfTime,
+    SlurmError,
+    SlurmUnavailable,
+    reason_stamp,
+    strip_reason_stamp,
+)
+from .scontrol import said_code
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
@@ -59,6 +69,12 @@ NO_REBOOT_PROGRAM = "RebootProgram isn't defined"
 NO_REASON = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 REBOOT_COMPLETE = "reboot complete"
+
+
+
+def _refused(said: str) -> SlurmError:
+    # The code the real backends give for the same words (scontrol.said_code).
+    return SlurmError(said, code=said_code(said))
 
 
 class FakeNode:
@@ -138,7 +154,7 @@ class FakeSlurm:
     def _node(self, node: str) -> FakeNode:
         n = self.nodes.get(node)
         if n is None:
-            raise SlurmError(INVALID_NODE)
+            raise _refused(INVALID_NODE)
         return n
 
     # --- what a test sets up (Slurm's own doing, or an admin's) --------------------------
@@ -246,6 +262,8 @@ class FakeSlurm:
             stamp = (f" [{n.reason_user}@{time.strftime(STAMP_FORMAT, time.localtime(n.reason_time))}]"
                      if n.reason_time else "")
             out["Reason"] = n.reason + stamp
+        if n.comment:
+            out[CAUSE_FIELD] = n.comment       # scontrol shows a node's Comment only when set
         return out
 
     @staticmethod
@@ -271,10 +289,12 @@ class FakeSlurm:
             n = self.nodes.get(node)
             if n is None:
                 return None
-            return {"NodeName": n.name, "State": n.state(), "Reason": n.reason}
+            return {"NodeName": n.name, "State": n.state(), "Reason": n.reason, CAUSE_FIELD: n.comment}
         reason = strip_reason_stamp(primed.get("Reason", ""))
+        comment = primed.get(CAUSE_FIELD, "")
         return {"NodeName": node, "State": primed.get("State", "").upper(),
-                "Reason": "" if reason in ("none", "(null)") else reason}
+                "Reason": "" if reason in ("none", "(null)") else reason,
+                CAUSE_FIELD: "" if comment in ("none", "(null)") else comment}
 
     def list_nodes(self) -> list[dict]:
         self._rpc("list_nodes")
@@ -302,22 +322,46 @@ class FakeSlurm:
             info = next((j for j in self.jobs.values()
                          if f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
         if info is None:
-            raise SlurmError(INVALID_JOB)
+            raise _refused(INVALID_JOB)
         return info
 
     def drain(self, node: str, reason: str) -> None:
         self._primed.pop(node, None)
         if not reason:
-            raise SlurmError(NO_REASON)          # scontrol's own check: no RPC
+            raise _refused(NO_REASON)          # scontrol's own check: no RPC
         self._rpc("drain")
         n = self._node(node)
         n.flags.add("DRAIN")
         self._set_reason(n, reason)
 
+    def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
+        """One update: DRAIN, the reason and the node's Comment."""
+        self._primed.pop(node, None)
+        if not reason:
+            raise _refused(NO_REASON)
+        self._rpc("drain_with_cause")
+        n = self._node(node)
+        n.flags.add("DRAIN")
+        self._set_reason(n, reason)
+        n.comment = cause
+
+    def release(self, node: str, state: str) -> None:
+        """One update: UNDRAIN or RESUME, and the Comment emptied."""
+        self._primed.pop(node, None)
+        self._rpc("release")
+        n = self._node(node)
+        if state.upper() == "RESUME":
+            self._resume(n)
+        else:
+            self._undrain(n)
+        n.comment = ""
+
     def undrain(self, node: str) -> None:
         self._primed.pop(node, None)
         self._rpc("undrain")
-        n = self._node(node)
+        self._undrain(self._node(node))
+
+    def _undrain(self, n: FakeNode) -> None:
         # Not refused on a node that is not drained (DOWN or IDLE): nothing changes.
         if "DRAIN" not in n.flags:
             return
@@ -328,9 +372,11 @@ class FakeSlurm:
     def resume(self, node: str) -> None:
         self._primed.pop(node, None)
         self._rpc("resume")
-        n = self._node(node)
+        self._resume(self._node(node))
+
+    def _resume(self, n: FakeNode) -> None:
         if n.base != "DOWN" and not n.flags & {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}:
-            raise SlurmError(INVALID_STATE if self._major() < 23 else "Invalid node state transition")
+            raise _refused(INVALID_STATE if self._major() < 23 else "Invalid node state transition")
         n.flags -= {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}
         n.next_state = ""
         if n.base == "DOWN":
@@ -341,7 +387,7 @@ class FakeSlurm:
     def set_down(self, node: str, reason: str) -> None:
         self._primed.pop(node, None)
         if not reason:
-            raise SlurmError(NO_REASON)
+            raise _refused(NO_REASON)
         self._rpc("set_down")
         n = self._node(node)
         n.base = "DOWN"
@@ -359,7 +405,7 @@ class FakeSlurm:
         self._primed.pop(node, None)
         if not self.reboot_program:
             # scontrol reads slurm.conf and refuses before asking slurmctld anything.
-            raise SlurmError(NO_REBOOT_PROGRAM)
+            raise _refused(NO_REBOOT_PROGRAM)
         self._rpc("reboot")
         n = self._node(node)
         # `reboot ASAP nextstate=DOWN reason=...`: drained at once, rebooted once idle.
@@ -372,7 +418,7 @@ class FakeSlurm:
         self._rpc("set_admin_comment")
         info = self._job(job)
         if info["JobState"] in ENDED:
-            raise SlurmError(FINISHED)
+            raise _refused(FINISHED)
         info["AdminComment"] = text or "(null)"
 
     def requeue(self, job: str) -> None:
@@ -380,15 +426,15 @@ class FakeSlurm:
         info = self._job(job)
         state = info["JobState"]
         if info["BatchFlag"] != "1":
-            raise SlurmError(BATCH_ONLY)
+            raise _refused(BATCH_ONLY)
         if state not in RUNS:
             # Incomplete: a job that is not running is left as it is, without a word
             # (22.05 still refuses one that may never be requeued).
             if self._major() < 23 and info["Requeue"] != "1":
-                raise SlurmError(DISABLED)
+                raise _refused(DISABLED)
             return
         if info["Requeue"] != "1":
-            raise SlurmError(DISABLED)
+            raise _refused(DISABLED)
         info["JobState"], info["NodeList"] = "PENDING", "(null)"
         info["Restarts"] = str(int(info["Restarts"]) + 1)
         self._occupancy()
