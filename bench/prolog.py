@@ -41,7 +41,10 @@ sys.path.extend(SITEDIRS)
 marks = {}
 def mark(name):
     marks[name] = time.perf_counter()
-from slurm_hooks import cli, config, engine, hooks, journal, lock, report, sinks
+from slurm_hooks import cli
+from slurm_hooks.core import config, lock
+from slurm_hooks.run import engine, hooks
+from slurm_hooks.sinks import record as sinks, report
 mark("imports")
 load, run, record, render, enter = config.load, engine.run, sinks.record_run, report.render, lock.HookLock.__enter__
 def timed(f, before, after):

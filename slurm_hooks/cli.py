@@ -12,7 +12,7 @@ from . import __version__
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from .core.config import Config
+    from .checks._config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 
@@ -118,8 +118,9 @@ def _json_error(command: str, error: str, problems: list[str] | None = None) -> 
 
 
 def _load_config(path_arg):
+    from .checks._config import load_config
     from .core import config
-    return config.load(config.config_path(path_arg), mount_kind=_mount_kind)
+    return load_config(config.config_path(path_arg), mount_kind=_mount_kind)
 
 
 # The node commands cron, wrappers and admins run on every node, in their plain forms:
@@ -285,13 +286,14 @@ def _explain(args) -> int:
 def _explain_config(path_arg):
     """The configuration explain needs only for where the journal and the state are:
     a file that does not load still names them (config.journal_of), else the defaults."""
+    from .checks._config import default_config, load_config
     from .core import config
     path = config.config_path(path_arg)
     try:
-        return config.load(path, mount_kind=_mount_kind)
+        return load_config(path, mount_kind=_mount_kind)
     except config.ConfigError as e:
         from .views.explain import plain_settings
-        cfg = config.Config()
+        cfg = default_config()
         cfg.journal = config.journal_of(path)
         for key, value in plain_settings(path).items():
             setattr(cfg, key, value)
@@ -307,9 +309,8 @@ def _config_command(args) -> int:
     if args.config_command == "show":
         import json
 
-        from .core.records import asdict
         cfg = _load_config(args.config)
-        shown = asdict(cfg)
+        shown = config.as_dict(cfg)
         # Not a setting: which backend slurm.backend resolves to here, and why.
         from .slurm.connect import choose
         from .slurm.scontrol import Slurm
@@ -326,6 +327,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
     says of the filesystems to probe: warnings, errors with --strict."""
     import json
 
+    from .checks._config import load_config
     from .core import config
     from .views.configcheck import probe_warnings
     if path is None:
@@ -334,7 +336,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
               if as_json else text)
         return EXIT_OK
     try:
-        config.load(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
+        load_config(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
     except config.ConfigError as e:
         if as_json:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
@@ -365,10 +367,11 @@ def _one_shot() -> None:
 def healthcheck_main() -> int:
     """Entry point for HealthCheckProgram (run by slurmd with no arguments)."""
     _one_shot()
+    from .checks._config import load_config
     from .core import config
     from .core.config import ConfigError
     try:
-        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
+        cfg = load_config(config.config_path(None), mount_kind=_mount_kind)
     except ConfigError as e:
         from .run.hooks import config_error
         config_error("healthcheck", e, config.config_path(None))   # nothing drained for our own mistake
@@ -378,11 +381,12 @@ def healthcheck_main() -> int:
 
 def _hook_main(hook: str) -> int:
     _one_shot()
+    from .checks._config import load_config
     from .core import config
     from .core.config import ConfigError
     from .run.hooks import config_error, run_hook
     try:
-        cfg = config.load(config.config_path(None), mount_kind=_mount_kind)
+        cfg = load_config(config.config_path(None), mount_kind=_mount_kind)
     except ConfigError as e:
         return config_error(hook, e, config.config_path(None))
     return run_hook(cfg, hook)

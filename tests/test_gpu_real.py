@@ -20,7 +20,7 @@ import yaml
 from helpers import SLURM_HOOKS
 
 from slurm_hooks.checks.gpu import driver_present
-from slurm_hooks.checks.gpu_count import pci_gpus
+from slurm_hooks.checks._gpu_count import pci_gpus
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not driver_present(), reason="no NVIDIA driver on this machine")]

@@ -98,6 +98,8 @@ class PluginCheck:
     impl: Any = None
     error = ""
     hooks: tuple[str, ...] = DEFAULT_HOOKS
+    order = 1000               # after every built-in check
+    roles: tuple[str, ...] = ()  # decisions never single a plugin's findings out
     state: tuple[str, ...] = ()
     series: dict[str, tuple[str, str]] = {}
     explain_keys: tuple[str, ...] = ()
@@ -122,7 +124,7 @@ class PluginCheck:
                 and isinstance(s[2], (int, float))]
 
     def tasks(self, ctx) -> list:
-        if not ctx.config.site_checks.entry_points or (ctx.hook not in self.hooks and ctx.hook != "check"):
+        if not getattr(ctx.config, "site_checks").entry_points or (ctx.hook not in self.hooks and ctx.hook != "check"):
             self._skip = True
             return []
         if self.impl is None:
