@@ -26,7 +26,7 @@ BIN = Path(os.environ.get("SLURM_HOOKS_BIN") or Path(sys.executable).parent / "s
 def in_process() -> None:
     from slurm_hooks.checks import Context
     from slurm_hooks.checks.gpu import GpuCheck, driver_present
-    from slurm_hooks.core.config import Config
+    from slurm_hooks.checks._config import default_config as Config
     assert not driver_present(), "this benchmark is for machines without an NVIDIA driver"
     ctx = Context(Config(), "bench", None, None)
     times = []

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from slurm_hooks.checks import Context  # noqa: E402
 from slurm_hooks.checks.stuck_tasks import StuckTasksCheck  # noqa: E402
-from slurm_hooks.core.config import Config  # noqa: E402
+from slurm_hooks.checks._config import default_config as Config  # noqa: E402
 from slurm_hooks.core.state import StateStore  # noqa: E402
 from slurm_hooks.host import procfs  # noqa: E402
 from slurm_hooks.host.runner import Runner  # noqa: E402

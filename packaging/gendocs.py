@@ -30,7 +30,8 @@ if SRC not in sys.path:
 
 from slurm_hooks import __version__, cli
 from slurm_hooks.core import config  # noqa: E402
-from slurm_hooks.checks import REGISTRY  # noqa: E402
+from slurm_hooks.checks import registry  # noqa: E402
+from slurm_hooks.checks._config import default_config, iter_settings  # noqa: E402
 from slurm_hooks.core.records import MISSING  # noqa: E402
 
 PROGRAMS = ("slurm-hooks", "slurm-hooks-healthcheck", "slurm-hooks-prolog", "slurm-hooks-epilog")
@@ -203,7 +204,7 @@ def manpage_cli(parser=None) -> str:
     parser = parser or cli.build_parser()
     cmds = commands(parser)
     top = options(parser)
-    d = config.Config()
+    d = default_config()
     out = [
         _th("SLURM-HOOKS", 8, "System Administration"),
         ".SH NAME",
@@ -231,7 +232,7 @@ def manpage_cli(parser=None) -> str:
         ".PP",
         roff("slurmd runs " + ", ".join(PROGRAMS[1:]) + " with no arguments, as HealthCheckProgram, "
              "Prolog and Epilog in slurm.conf(5). Each is the same as the slurm-hooks command of that "
-             "name. Checks that can be named: " + ", ".join(sorted(REGISTRY)) + "."),
+             "name. Checks that can be named: " + ", ".join(sorted(registry())) + "."),
         ".SH OPTIONS",
         roff("These are accepted before the command; --config also after it."),
     ]
@@ -246,7 +247,7 @@ def manpage_cli(parser=None) -> str:
             for a in pos:
                 out += [".TP", _i(_metavar(a)), roff(_sentence(a.help))]
                 if words == ("check",):
-                    out[-1] += " " + roff("One of: " + ", ".join(sorted(REGISTRY)) + ".")
+                    out[-1] += " " + roff("One of: " + ", ".join(sorted(registry())) + ".")
             out += [_option_item(a) for a in items]
             out.append(".RE")
     out += [
@@ -384,11 +385,11 @@ def _kind(meta) -> str:
 
 
 def settings() -> list[tuple[str, object]]:
-    return list(config.iter_settings())
+    return list(iter_settings())
 
 
 def manpage_config() -> str:
-    d = config.Config()
+    d = default_config()
     out = [
         _th("SLURM-HOOKS.YAML", 5, "File Formats"),
         ".SH NAME",
@@ -480,7 +481,7 @@ def bash_completion(parser=None) -> str:
         for a in positionals(p):
             m = _metavar(a)
             if m == "CHECK":
-                extra += sorted(REGISTRY)
+                extra += sorted(registry())
             elif m in FILE_METAVARS:
                 files = "f"
         cases.append((" ".join(words), " ".join(extra + [words_of(p)]), files))

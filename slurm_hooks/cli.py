@@ -12,7 +12,7 @@ from . import __version__
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from .core.config import Config
+    from .checks._config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
 # status judges no node, so "Slurm could not be asked" must not read as "unhealthy".
@@ -120,8 +120,9 @@ def _json_error(command: str, error: str, problems: list[str] | None = None) -> 
 
 
 def _load_config(path_arg):
+    from .checks._config import load_config
     from .core import config
-    return config.load(config.config_path(path_arg), mount_kind=_mount_kind)
+    return load_config(config.config_path(path_arg), mount_kind=_mount_kind)
 
 
 def _hook_config(hook: str, path_arg, as_json: bool = False) -> Config | int:
@@ -300,13 +301,14 @@ def _explain(args) -> int:
 def _explain_config(path_arg):
     """The configuration explain needs only for where the journal and the state are:
     a file that does not load still names them (config.journal_of), else the defaults."""
+    from .checks._config import default_config, load_config
     from .core import config
     path = config.config_path(path_arg)
     try:
-        return config.load(path, mount_kind=_mount_kind)
+        return load_config(path, mount_kind=_mount_kind)
     except config.ConfigError as e:
         from .views.explain import plain_settings
-        cfg = config.Config()
+        cfg = default_config()
         cfg.journal = config.journal_of(path)
         for key, value in plain_settings(path).items():
             setattr(cfg, key, value)
@@ -322,9 +324,8 @@ def _config_command(args) -> int:
     if args.config_command == "show":
         import json
 
-        from .core.records import asdict
         cfg = _load_config(args.config)
-        shown = asdict(cfg)
+        shown = config.as_dict(cfg)
         # Not a setting: which backend slurm.backend resolves to here, and why.
         from .slurm.connect import choose
         from .slurm.scontrol import Slurm
@@ -341,6 +342,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
     says of the filesystems to probe: warnings, errors with --strict."""
     import json
 
+    from .checks._config import load_config
     from .core import config
     from .views.configcheck import probe_warnings
     if path is None:
@@ -349,7 +351,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
               if as_json else text)
         return EXIT_OK
     try:
-        config.load(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
+        load_config(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
     except config.ConfigError as e:
         if as_json:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))

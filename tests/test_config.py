@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from helpers import ROOT, SLURM_HOOKS
 
+from slurm_hooks.checks._config import default_config, iter_settings, load_config, loads_config
+from slurm_hooks.checks import filesystem
 from slurm_hooks.core import config
 
 
@@ -15,20 +17,20 @@ def problems(tmp_path, text):
     p = tmp_path / "x.yaml"
     p.write_text(text)
     with pytest.raises(config.ConfigError) as e:
-        config.load(str(p))
+        load_config(str(p))
     return [line.replace(str(p), "x.yaml") for line in e.value.problems]
 
 
 def test_shipped_file_is_the_builtin_defaults():
-    shipped = config.load(str(ROOT / "conf" / "slurm-hooks.yaml"))
-    builtin = config.Config()
+    shipped = load_config(str(ROOT / "conf" / "slurm-hooks.yaml"))
+    builtin = default_config()
     assert dataclasses.replace(shipped, source="") == dataclasses.replace(builtin, source="")
 
 
 def test_every_setting_is_documented_in_shipped_file_and_readme():
     conf_text = (ROOT / "conf" / "slurm-hooks.yaml").read_text()
     readme = (ROOT / "README.md").read_text()
-    for key, f in config.iter_settings():
+    for key, f in iter_settings():
         leaf = key.split(".")[-1].replace("[]", "")
         assert re.search(rf"\b{leaf}\b", conf_text), f"{key} not in conf/slurm-hooks.yaml"
         assert f"`{key}`" in readme, f"{key} not documented in README.md"
@@ -88,18 +90,18 @@ def test_top_level_must_be_mapping(tmp_path):
 def test_empty_file_is_defaults(tmp_path):
     p = tmp_path / "empty.yaml"
     p.write_text("# nothing\n")
-    assert dataclasses.replace(config.load(str(p)), source="") == dataclasses.replace(config.Config(), source="")
+    assert dataclasses.replace(load_config(str(p)), source="") == dataclasses.replace(default_config(), source="")
 
 
 def test_values_are_applied(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("filesystems:\n  - path: /scratch/\n    mountpoint: /scratch\n    timeout: 3\n"
                  "filesystem_defaults:\n  warn_after: 0.5\n")
-    cfg = config.load(str(p))
+    cfg = load_config(str(p))
     fs = cfg.filesystems[0]
     assert (fs.path, fs.mountpoint, fs.timeout) == ("/scratch/", "/scratch", 3.0)
-    assert config.fs_timeout(cfg, fs) == 3.0 and config.fs_warn_after(cfg, fs) == 0.5
-    assert config.fs_payload(cfg, fs) == 4096
+    assert filesystem.fs_timeout(cfg, fs) == 3.0 and filesystem.fs_warn_after(cfg, fs) == 0.5
+    assert filesystem.fs_payload(cfg, fs) == 4096
 
 
 def run_cli(*args, env=None):
@@ -135,28 +137,28 @@ def test_cache_serves_unchanged_files_and_notices_edits(tmp_path):
     cache = tmp_path / "cache"
     p = tmp_path / "c.yaml"
     p.write_text("filesystems:\n  - path: /a\n    timeout: 3\n")
-    first = config.load(str(p), cache_dir=str(cache))
+    first = load_config(str(p), cache_dir=str(cache))
     assert len(list(cache.iterdir())) == 1
-    again = config.load(str(p), cache_dir=str(cache))
+    again = load_config(str(p), cache_dir=str(cache))
     assert again == first and again.filesystems[0].timeout == 3.0
-    assert isinstance(again.filesystems[0], config.FilesystemConfig)
+    assert isinstance(again.filesystems[0], filesystem.FilesystemConfig)
     assert isinstance(again.slurm, config.SlurmConfig)
 
     p.write_text("filesystems:\n  - path: /a\n    timeout: 4\n")
-    assert config.load(str(p), cache_dir=str(cache)).filesystems[0].timeout == 4.0
+    assert load_config(str(p), cache_dir=str(cache)).filesystems[0].timeout == 4.0
     p.write_text("filesystems:\n  - path: /a\n    timeout: -4\n")
     with pytest.raises(config.ConfigError):
-        config.load(str(p), cache_dir=str(cache))
+        load_config(str(p), cache_dir=str(cache))
 
 
 def test_corrupt_cache_is_ignored(tmp_path):
     cache = tmp_path / "cache"
     p = tmp_path / "c.yaml"
     p.write_text("reason_prefix: 'site:'\n")
-    config.load(str(p), cache_dir=str(cache))
+    load_config(str(p), cache_dir=str(cache))
     for f in cache.iterdir():
         f.write_text("{not json")
-    assert config.load(str(p), cache_dir=str(cache)).reason_prefix == "site:"
+    assert load_config(str(p), cache_dir=str(cache)).reason_prefix == "site:"
 
 
 GROUPS = """\
@@ -174,10 +176,10 @@ node_groups:
 
 
 def test_node_groups_apply_by_hostlist_in_order():
-    cfg = config.loads(GROUPS, "x.yaml", node="gpu007")
+    cfg = loads_config(GROUPS, "x.yaml", node="gpu007")
     assert (cfg.actions.requeue_job, cfg.actions.reboot, cfg.actions.report_only) == (False, False, True)
     assert [f.path for f in cfg.filesystems] == ["/scratch"] and cfg.node_groups == ["gpu[001-128]", "gpu007"]
-    other = config.loads(GROUPS, "x.yaml", node="gpu129")
+    other = loads_config(GROUPS, "x.yaml", node="gpu129")
     assert [f.path for f in other.filesystems] == ["/tmp"] and other.actions.requeue_job and not other.node_groups
 
 
@@ -205,5 +207,5 @@ def test_yaml_tags_that_build_objects_are_refused(tmp_path):
     path = tmp_path / "evil.yaml"
     path.write_text("node_name: !!python/object/apply:os.system ['touch /tmp/owned']\n")
     with pytest.raises(config.ConfigError) as e:
-        config.load(str(path), cache_dir=None)
+        load_config(str(path), cache_dir=None)
     assert str(path) in str(e.value)

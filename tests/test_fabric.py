@@ -15,6 +15,8 @@ import yaml
 from helpers import SLURM_HOOKS
 from ib_fixtures import Port, hca
 
+from slurm_hooks.checks._config import load_config, loads_config
+from slurm_hooks.checks import fabric
 from slurm_hooks.core import config
 from slurm_hooks.run import engine
 
@@ -30,7 +32,7 @@ def node(tmp_path):
             doc = {"node_name": "ib1", "state_dir": str(tmp_path / "state"), "syslog": False,
                    "journal": str(tmp_path / "journal.jsonl"), "prometheus_textfile_dir": None,
                    "host": {"sysfs": str(self.sysfs)}, "fabric": {**self.settings, **fabric}}
-            return config.loads(yaml.safe_dump(doc), "test.yaml")
+            return loads_config(yaml.safe_dump(doc), "test.yaml")
 
         def run(self, hook="healthcheck", **fabric):
             record = engine.run(self.cfg(**fabric), hook, names=["fabric"])
@@ -163,11 +165,11 @@ def test_port_specs_and_counter_names_are_checked_with_file_and_line(tmp_path):
     p = tmp_path / "x.yaml"
     p.write_text("fabric:\n  ports:\n    - mlx5_0/1\n    - mlx5_1\n  error_warn:\n    symbol_eror: 5\n")
     with pytest.raises(config.ConfigError) as e:
-        config.load(str(p), cache_dir=None)
+        load_config(str(p), cache_dir=None)
     assert [line.replace(str(p), "x.yaml") for line in e.value.problems] == [
         "x.yaml:4: fabric.ports[1]: must be DEVICE/PORT as in /sys/class/infiniband (mlx5_0/1), got 'mlx5_1'",
         "x.yaml:6: fabric.error_warn.symbol_eror: not an error counter; known: " + ", ".join(
-            sorted(config.FABRIC_ERROR_WARN)),
+            sorted(fabric.FABRIC_ERROR_WARN)),
     ]
 
 
@@ -313,7 +315,7 @@ def test_explain_shows_the_port_evidence_of_a_fabric_drain(node):
 def test_expected_ports_and_rate_per_node_group():
     text = ("fabric:\n  rate: 200\nnode_groups:\n  - nodes: gpu[01-04]\n    settings:\n"
             "      fabric: {ports: [mlx5_0/1, mlx5_1/1], rate: 400, slow_rate: fail}\n")
-    gpu = config.loads(text, "x.yaml", node="gpu03").fabric
-    login = config.loads(text, "x.yaml", node="login1").fabric
+    gpu = loads_config(text, "x.yaml", node="gpu03").fabric
+    login = loads_config(text, "x.yaml", node="login1").fabric
     assert (gpu.ports, gpu.rate, gpu.slow_rate) == (["mlx5_0/1", "mlx5_1/1"], 400, "fail")
     assert (login.ports, login.rate, login.slow_rate) == ([], 200, "warn")

@@ -227,7 +227,7 @@ def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
     code = ("import sys\n"
             "from slurm_hooks import cli\nfrom slurm_hooks.core import config\n"
             # the validated-configuration cache in a scratch directory, not the host's /run
-            f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None)\n"
+            f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None, None)\n"
             "rc = cli.healthcheck_main() if sys.argv[1] == 'real' else cli.main(['healthcheck', '--dry-run'])\n"
             f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), rc, file=sys.stderr)\n")
     env = {"SLURMD_NODENAME": "testnode", "SLURM_HOOKS_CONFIG": str(cfg)}
@@ -251,7 +251,7 @@ def test_this_runs_probes_in_d_are_not_taken_for_stuck_tasks(hung_mount, tmp_pat
     in D is its own check's business, while any other task in D still is found."""
     from slurm_hooks.checks import Context
     from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
-    from slurm_hooks.core.config import Config
+    from slurm_hooks.checks._config import default_config as Config
     from slurm_hooks.core.state import StateStore
     from slurm_hooks.host.runner import HUNG, Runner, Task
 

@@ -18,7 +18,7 @@ import pytest
 from helpers import SLURM_HOOKS, run_record, write_config
 
 from slurm_hooks.checks.gpu import driver_present
-from slurm_hooks.checks.gpu_count import pci_gpus
+from slurm_hooks.checks._gpu_count import pci_gpus
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not driver_present(), reason="no NVIDIA driver on this machine")]

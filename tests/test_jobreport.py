@@ -10,6 +10,7 @@ import time
 
 from mounts_fixtures import proc_state, require_fuse, start_fuse, wait_for_state
 
+from slurm_hooks.checks._config import loads_config
 from slurm_hooks.core import config
 from slurm_hooks.core.state import StateStore
 from slurm_hooks.host.jobs import JobRef
@@ -120,7 +121,7 @@ def test_a_py_spy_stuck_in_the_kernel_is_remembered_and_never_started_again(tmp_
     standin.write_text(STUCK_PYSPY.format(python=sys.executable, count=str(starts),
                                           path=os.path.join(stalled.path, "python3")))
     standin.chmod(0o755)
-    cfg = config.loads(f"state_dir: {tmp_path / 'state'}\ndiagnose:\n  pyspy: {standin}\n", node="n1")
+    cfg = loads_config(f"state_dir: {tmp_path / 'state'}\ndiagnose:\n  pyspy: {standin}\n", node="n1")
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     # The job's one task: the target (its cgroup would say so on a real node).
     monkeypatch.setattr(jobreport, "job_tasks", lambda job, node, proc="/proc": [(target.pid, JobRef("7", "0", "0"))])

@@ -13,6 +13,8 @@ import pytest
 import yaml
 from helpers import ROOT, KernelLog, gpu, poll, proc_state, run_record
 
+from slurm_hooks.checks import registry
+
 FAKE = ROOT / "tests" / "fake_nvml"
 OPEN_LOG = "import sys\nopen(sys.argv[1] + '/run/main_log.txt', 'a')\n"
 XID_79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus."
@@ -59,10 +61,10 @@ def declared_state() -> set[str]:
     says it keeps."""
     from slurm_hooks.act import actuation
     from slurm_hooks.act.actions import LEDGER
-    from slurm_hooks.checks import REGISTRY, check_class
+    from slurm_hooks.checks import check_class, registry
     from slurm_hooks.host import runner
     from slurm_hooks.sinks import record as sinks
-    names = {n for c in REGISTRY for n in check_class(c).state}
+    names = {n for c in registry() for n in check_class(c).state}
     names |= set(actuation.STATE) | set(sinks.STATE) | {runner.STATE_NAME, LEDGER}
     return {f"{node}/{n}.json" for node in ("control", "looked") for n in names}
 
@@ -147,12 +149,10 @@ def test_dry_runs_do_not_count_towards_hysteresis(world):
     assert n.run("healthcheck")["status"] == "unhealthy"
 
 
-@pytest.mark.parametrize("name", ["filesystem", "stuck_tasks", "gpu", "leftovers", "fabric", "site"])
+@pytest.mark.parametrize("name", list(registry()))
 def test_check_alone_writes_no_state(world, name):
     """Every registered check, run alone, leaves the state directory as it was (and a
     node never checked before gets no state directory at all)."""
-    from slurm_hooks.checks import REGISTRY
-    assert sorted(REGISTRY) == sorted(["filesystem", "stuck_tasks", "gpu", "leftovers", "fabric", "site"])
     kernel, _, node = world
     kernel.write(XID_79)
     fresh = node("fresh")
@@ -186,21 +186,132 @@ def test_check_makes_no_slurm_call(world, tmp_path):
 def test_every_check_declares_what_it_keeps_shows_and_exports():
     """The check interface (checks.Check): state, series, explain keys and samples, so
     no central module names a check."""
-    from slurm_hooks.checks import REGISTRY, Check, check_class, for_hook
+    from slurm_hooks.checks import Check, check_class, registry
     from slurm_hooks.core.model import Finding
-    for name in REGISTRY:
+    for name in registry():
         cls = check_class(name)
         assert cls.name == name
-        for attr in ("state", "series", "explain_keys", "tasks", "findings", "samples"):
+        for attr in ("order", "hooks", "state", "series", "explain_keys", "tasks", "findings", "samples"):
             assert hasattr(cls, attr), (name, attr)
         assert all(s.startswith("slurm_hooks_") for s in cls.series), name
         assert cls.samples([]) == []
         f = Finding(name, "x", "ok", "ok", "x")
         assert all(s[0] in cls.series for s in cls.samples([f])), name
         _: Check = cls()            # the Protocol, for the type checker
-    assert for_hook("healthcheck") == ["filesystem", "stuck_tasks", "gpu", "fabric", "site"]
-    assert for_hook("prolog") == ["filesystem", "gpu", "site"]
-    assert for_hook("epilog") == ["filesystem", "leftovers", "gpu", "site"]
-    for module in ("sinks/metrics", "views/explain"):
-        text = (ROOT / "slurm_hooks" / f"{module}.py").read_text()
-        assert not [n for n in REGISTRY if f'== "{n}"' in text or f'"{n}": (' in text], f"{module}.py branches on a check"
+
+
+def test_each_check_runs_where_it_declares():
+    """The registry is the package's check modules, in the order each declares; a run
+    of a hook includes exactly the checks whose module names that hook. The lines read
+    as text are the module's own values."""
+    import importlib
+    import os
+
+    from slurm_hooks import checks
+    from slurm_hooks.checks import check_class, for_hook, registry
+    public = sorted(p[:-3] for p in os.listdir(os.path.dirname(checks.__file__))
+                    if p.endswith(".py") and not p.startswith("_"))
+    assert sorted(registry()) == public
+    orders = [order for order, _ in registry().values()]
+    assert orders == sorted(orders) and len(set(orders)) == len(orders), "ORDER must be unique"
+    for name, (order, hooks) in registry().items():
+        module = importlib.import_module(f"slurm_hooks.checks.{name}")
+        assert (module.ORDER, module.HOOKS) == (order, hooks), name
+        cls = check_class(name)
+        assert (cls.order, cls.hooks) == (order, hooks), name
+        assert set(hooks) <= {"check", "healthcheck", "prolog", "epilog"}, name
+    for hook in ("check", "healthcheck", "prolog", "epilog"):
+        builtin = [n for n in for_hook(hook) if n in registry()]
+        assert builtin == [n for n, (_, hooks) in registry().items() if hook in hooks], hook
+    # The filesystem probes come first (their children start before the /proc scan),
+    # site checks last.
+    assert list(registry())[0] == "filesystem" and list(registry())[-1] == "site"
+
+
+# Words outside slurm_hooks/checks/ that are spelled like a check but are not one:
+# (module, word) -> what it is there.
+NOT_A_CHECK = {
+    ("slurm_hooks/host/waits.py", "gpu"): "the family of kernel symbols of the GPU driver",
+    ("slurm_hooks/views/status.py", "gpu"): "a cause of drains (the words of a reason)",
+}
+
+
+def check_names_outside_the_checks(package: Path = ROOT / "slurm_hooks") -> list[str]:
+    """FILE:LINE: NAME for each string literal naming a registered check in a comparison,
+    a subscript, a dict key or a call's argument, in every module outside checks/."""
+    import ast
+    names = set(registry())
+
+    def literals(node):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            yield node
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            for e in node.elts:
+                yield from literals(e)
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent).as_posix()
+        if rel.startswith("slurm_hooks/checks/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                parts = [node.left, *node.comparators]
+            elif isinstance(node, ast.Dict):
+                parts = [k for k in node.keys if k is not None]
+            elif isinstance(node, ast.Call):
+                parts = [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, ast.Subscript):
+                parts = [node.slice]
+            else:
+                continue
+            out += [f"{rel}:{c.lineno}: {c.value}" for x in parts for c in literals(x)
+                    if (rel, c.value) not in NOT_A_CHECK]
+    return out
+
+
+def test_no_module_outside_the_checks_names_a_check():
+    """Knowledge about a check lives in its module: no decision, sink, view or entry
+    point branches on a check's name (what they need, a check declares: its roles, its
+    correlate, its series and explain keys)."""
+    assert check_names_outside_the_checks() == []
+
+
+def test_the_check_name_scan_sees_a_branch(tmp_path):
+    """The scan above is not blind: each form it looks for is found."""
+    import ast
+    # Each form once, then every registered check in a call.
+    code = ('if f.check == "gpu": pass\nd = {"fabric": 1}\ng(f, "stuck_tasks")\nx = y["site"]\n'
+            'if f.check in ("filesystem", "leftovers"): pass\n'
+            + "".join(f"h(check={n!r})\n" for n in registry()
+                      if n not in ("gpu", "fabric", "stuck_tasks", "site", "filesystem", "leftovers")))
+    seen = set()
+    for node in ast.walk(ast.parse(code)):
+        for c in ast.walk(node):
+            if isinstance(c, ast.Constant) and c.value in registry():
+                seen.add(c.value)
+    assert seen == set(registry())
+    (tmp_path / "slurm_hooks" / "decide").mkdir(parents=True)
+    (tmp_path / "slurm_hooks" / "decide" / "probe.py").write_text(code)
+    (tmp_path / "slurm_hooks" / "checks").mkdir()
+    (tmp_path / "slurm_hooks" / "checks" / "mine.py").write_text(code)     # a check may name checks
+    found = check_names_outside_the_checks(tmp_path / "slurm_hooks")
+    assert sorted(x.split(": ")[1] for x in found) == sorted(registry())
+    assert all(x.startswith("slurm_hooks/decide/probe.py:") for x in found)
+    # The exceptions name real words of real modules.
+    for (module, word), why in NOT_A_CHECK.items():
+        assert f'"{word}"' in (ROOT / module).read_text() and why, module
+
+
+def test_every_public_check_module_declares_itself(tmp_path):
+    """A public module of the checks package that does not declare ORDER and HOOKS
+    would be silently left out: each of ours declares both."""
+    import os
+
+    from slurm_hooks import checks
+    here = os.path.dirname(checks.__file__)
+    for p in sorted(os.listdir(here)):
+        if p.endswith(".py") and not p.startswith("_"):
+            assert checks.declared(os.path.join(here, p)) is not None, p
+    stale = tmp_path / "old.py"
+    stale.write_text('"""A module an older version left."""\nimport os\n\n\ndef f():\n    pass\n')
+    assert checks.declared(str(stale)) is None

@@ -15,8 +15,9 @@ from helpers import ROOT
 sys.path.insert(0, str(ROOT / "packaging"))
 import gendocs  # noqa: E402
 
+from slurm_hooks.checks._config import iter_settings
 from slurm_hooks import cli
-from slurm_hooks.checks import REGISTRY  # noqa: E402
+from slurm_hooks.checks import registry  # noqa: E402
 from slurm_hooks.core import config  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def test_slurm_hooks_8_names_every_command_and_option(pages):
                 assert option in text, (words, option)
     for program in ("slurm-hooks-healthcheck", "slurm-hooks-prolog", "slurm-hooks-epilog"):
         assert program in text
-    for name in REGISTRY:
+    for name in registry():
         assert name in text
     for code in (cli.EXIT_OK, cli.EXIT_UNHEALTHY, cli.EXIT_USAGE, cli.EXIT_NO_SLURM):
         assert f" {code} " in text
@@ -80,7 +81,7 @@ def test_slurm_hooks_yaml_5_names_every_setting_with_its_default(pages):
     text = render(pages / "slurm-hooks.yaml.5")
     assert text.startswith("SLURM-HOOKS.YAML(5)")
     body = flat(text)
-    for key, f in config.iter_settings():
+    for key, f in iter_settings():
         assert re.search(rf"^\s+{re.escape(key)}\b", text, re.M), f"setting {key} not in slurm-hooks.yaml(5)"
         if f.metadata.get("kind") not in ("section", "list"):
             default = gendocs._default(f)
@@ -124,7 +125,7 @@ def test_completion_offers_commands_options_and_checks(pages):
             "--version"} <= set(complete(pages, ""))
     assert complete(pages, "he") == ["healthcheck"]
     assert complete(pages, "check", "") == sorted(["--config", "--dry-run", "--help", "--json", "-c", "-h",
-                                                   *REGISTRY])
+                                                   *registry()])
     assert complete(pages, "check", "gpu", "st") == ["stuck_tasks"]
     assert complete(pages, "-c", "/etc/x.yaml", "check", "fi") == ["filesystem"]
     assert complete(pages, "config", "") == ["--config", "--help", "-c", "-h", "check", "show"]

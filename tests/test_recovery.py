@@ -110,7 +110,8 @@ def test_an_abort_of_a_mount_that_is_not_fuse_is_refused(tmp_path):
 
 
 def test_config_refuses_an_abort_on_a_mount_that_is_not_fuse(tmp_path):
-    from slurm_hooks.core.config import ConfigError, load
+    from slurm_hooks.checks._config import load_config as load
+    from slurm_hooks.core.config import ConfigError
     path = tmp_path / "x.yaml"
     path.write_text("filesystems:\n  - path: /scratch\n    fstype: nfs4\n    recover:\n      method: fuse-abort\n"
                     "  - path: /data\n    recover:\n      method: command\n")
@@ -163,7 +164,8 @@ def test_a_probe_hung_on_consecutive_runs_is_recovered():
 
 def test_a_users_own_fuse_mount_is_never_recoverable(tmp_path, monkeypatch):
     from slurm_hooks.act import actuation
-    from slurm_hooks.core.config import Config, FilesystemConfig, RecoverConfig
+    from slurm_hooks.checks._config import default_config as Config
+    from slurm_hooks.checks.filesystem import FilesystemConfig, RecoverConfig
     from slurm_hooks.host.mounts import parse_mountinfo
     table = MountTable(parse_mountinfo("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
                                        "40 1 0:50 / /home/u/own rw - fuse.x own rw,user_id=1000,group_id=1000\n"

@@ -246,7 +246,7 @@ def plugin_path(tmp_path):
 def test_the_layout_is_one_importlib_metadata_finds(plugin_path):
     from importlib.metadata import distributions
 
-    from slurm_hooks.checks.entry_points import GROUP, discover
+    from slurm_hooks.checks._entry_points import GROUP, discover
     root, _ = plugin_path
     [dist] = list(distributions(path=[str(root)]))
     official = {ep.name: ep.value for ep in dist.entry_points if ep.group == GROUP}

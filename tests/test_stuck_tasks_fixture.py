@@ -11,7 +11,8 @@ import time
 
 from slurm_hooks.checks import Context
 from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
-from slurm_hooks.core.config import Config, StuckTasksConfig
+from slurm_hooks.checks._config import default_config as Config
+from slurm_hooks.checks.stuck_tasks import StuckTasksConfig
 from slurm_hooks.core.state import StateStore
 from slurm_hooks.host.mounts import MountTable, parse_mountinfo
 from slurm_hooks.host.runner import Runner

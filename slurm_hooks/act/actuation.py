@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 
+from ..checks import has_role
 from ..core.behaviour import behaviour
-from ..core.model import FAIL, ActionResult, Finding
+from ..core.model import FAIL, MOUNT_PROBE, ActionResult, Finding
 from ..core.records import asdict
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import Config
+    from ..checks._config import Config
     from ..core.state import StateStore
 
 BREAKER_FRESH = 600.0
@@ -380,13 +381,13 @@ def _may_recover(cfg: Config, actions: list, findings: list[Finding]) -> bool:
     if not any(fs.recover.method != "none" for fs in cfg.filesystems):
         return False
     return any(a.kind == "reboot" for a in actions) or any(
-        f.check == "filesystem" and f.severity == FAIL for f in findings)
+        f.severity == FAIL and has_role(f.check, MOUNT_PROBE) for f in findings)
 
 
 def _recoverable(cfg: Config) -> dict:
     """mountpoint -> Recovery for each configured mount with `recover` on, as mounted now
     (mountinfo only); never a user's FUSE mount, nor one below it."""
-    from ..core.config import fs_timeout
+    from ..checks.filesystem import fs_timeout
     from ..core.model import Recovery
     from ..host.mounts import MountTable
     table = MountTable.current()

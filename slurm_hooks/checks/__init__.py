@@ -1,11 +1,15 @@
 """Checks: one module per check, each behind the same small interface (`Check`).
 
-The list of checks lives here, in REGISTRY, and nowhere else: its order is the order
-they run in, and each entry says which runs include the check by default (so choosing
-the checks of a prolog imports no module it does not run). Each check class declares
-the rest itself (`Check` below): the state files it keeps, its Prometheus series and
-the evidence `slurm-hooks explain` shows, so sinks/metrics.py and views/explain.py never name a
-check.
+There is no list of checks: every public module of this package is one (registry()
+below), and declares itself where it runs (`ORDER`) and which runs include it by
+default (`HOOKS`), and its configuration section beside its class (`SECTIONS`: key ->
+core.config.setting(), validation included; `enabled: auto|true|false` on each; read
+back through the module's own `settings()`). Each check class declares the rest itself
+(`Check` below): the state files it keeps, its Prometheus series, the evidence
+`slurm-hooks explain` shows, what its findings are to decisions (`roles`) and how they
+join other checks' (`correlate`), so no module outside this package names a check.
+Adding a check is adding its module. Private modules (`_name`) are helpers: the GPU
+check's parts, other packages' checks, the assembled configuration (_config.py).
 
 A check runs in two phases:
 
@@ -24,6 +28,8 @@ check the same way and turns a crashing check into a finding, not a crash.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 from ..core.behaviour import behaviour
@@ -31,9 +37,9 @@ from ..core.model import WARN, CheckRun, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from typing import Protocol
+    from typing import Callable, Protocol
 
-    from ..core.config import Config
+    from ..core.config import Config, Sections
     from ..core.model import JobInfo
     from ..core.state import StateStore
     from ..host.mounts import MountTable
@@ -48,6 +54,13 @@ Sample = tuple[str, dict, float]
 class Check(Protocol):
     """What every check is (node_exporter's collector, GPUd's component)."""
     name: str
+    # Where it runs among the checks, and the runs that include it by default (a built-in
+    # check's module says both as ORDER and HOOKS).
+    order: int
+    hooks: tuple[str, ...]
+    # What its findings are, for decisions about a kind of finding (core.model's
+    # MOUNT_PROBE, STUCK_TASK); most checks have none.
+    roles: tuple[str, ...]
     # State files (under state_dir/NODE/) the check keeps between runs.
     state: tuple[str, ...]
     # Its Prometheus series: name -> (type, help).
@@ -64,45 +77,86 @@ class Check(Protocol):
         """Its Prometheus samples from its findings of one run (no instance needed)."""
         ...
 
+    # Optional, so not part of the Protocol: `correlate(findings) -> findings`, a
+    # staticmethod given every finding of a run in which the check took part; it may
+    # join findings of other checks that its own explain (or that explain its own), and
+    # returns those that remain (decide/correlate.py).
 
-# name -> (module, the runs that include it by default). `check` with no name runs
-# the checks marked "check"; a check can always be named.
-REGISTRY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "filesystem": ("slurm_hooks.checks.filesystem", ("check", "healthcheck", "prolog", "epilog")),
-    "stuck_tasks": ("slurm_hooks.checks.stuck_tasks", ("check", "healthcheck")),
-    "leftovers": ("slurm_hooks.checks.leftovers", ("epilog",)),
-    "gpu": ("slurm_hooks.checks.gpu", ("check", "healthcheck", "prolog", "epilog")),
-    "fabric": ("slurm_hooks.checks.fabric", ("check", "healthcheck")),
-    # Every run: each of the site's executables says in which runs it takes part.
-    "site": ("slurm_hooks.checks.site", ("check", "healthcheck", "prolog", "epilog")),
-}
+
+# The package's check modules are found by listing its directory: a module whose name
+# does not start with "_" is a check (helpers are private modules). Each declares, near
+# its top and before its first class or function, `ORDER = N` (checks run in ascending
+# order) and `HOOKS = (...)` (the runs that include it by default; `check` with no name
+# runs those marked "check", a check can always be named). Those two lines are read as
+# text, so choosing the checks of a prolog imports no module it does not run; a test
+# holds the text to what each module says when imported.
+_DIR = __file__.rpartition("/")[0]
+_PACKAGE = __name__
+_registry: dict[str, tuple[int, tuple[str, ...]]] | None = None
+
+
+def registry() -> dict[str, tuple[int, tuple[str, ...]]]:
+    """name -> (order, hooks) of every built-in check, in the order they run."""
+    global _registry
+    if _registry is None:
+        found = []
+        for entry in sorted(os.listdir(_DIR)):
+            if entry.endswith(".py") and not entry.startswith("_"):
+                got = declared(os.path.join(_DIR, entry))
+                # None: not a check (a file an older version left behind, say): never run.
+                if got is not None:
+                    found.append((got[0], entry[:-3], got[1]))
+        _registry = {name: (order, hooks) for order, name, hooks in sorted(found)}
+    return _registry
+
+
+def declared(path: str) -> tuple[int, tuple[str, ...]] | None:
+    """A check module's `ORDER` and `HOOKS` lines, read without importing it; None
+    for a module that does not declare both."""
+    order: int | None = None
+    hooks: tuple[str, ...] | None = None
+    with open(path, "rb") as f:
+        for line in f:
+            if line.startswith((b"ORDER = ", b"HOOKS = ")):
+                value = line[8:].split(b"#", 1)[0].decode()
+                if line[0] == 79:       # "O"
+                    order = int(value)
+                else:
+                    hooks = tuple(p.strip().strip("\"'") for p in value.strip().strip("()").split(",") if p.strip())
+                if order is not None and hooks is not None:
+                    break
+            elif line.startswith((b"class ", b"def ", b"@")):
+                break
+    if order is None or hooks is None:
+        return None
+    return order, hooks
 
 
 def for_hook(hook: str) -> list[str]:
     """The checks a run of `hook` (check, healthcheck, prolog, epilog) includes; the
     other packages' checks (entry points) after the built-in ones, each of which says
     itself (`hooks`) in which runs it takes part."""
-    return [name for name, (_, hooks) in REGISTRY.items() if hook in hooks] + plugins()
+    return [name for name, (_, hooks) in registry().items() if hook in hooks] + plugins()
 
 
 def plugins() -> list[str]:
     """Names of the checks other packages register (entry points), built-ins' excepted."""
-    from .entry_points import discover
-    return [name for name in discover() if name not in REGISTRY]
+    from ._entry_points import discover
+    return [name for name in discover() if name not in registry()]
 
 
 def names() -> list[str]:
     """Every check: the built-in ones, then the other packages'."""
-    return list(REGISTRY) + plugins()
+    return list(registry()) + plugins()
 
 
 _plugin_classes: dict[str, type] = {}
 
 
 def check_class(name: str) -> type[Check]:
-    if name not in REGISTRY:
-        from .entry_points import check_class as plugin_class
-        from .entry_points import discover
+    if name not in registry():
+        from ._entry_points import check_class as plugin_class
+        from ._entry_points import discover
         found = discover()
         if name in found:
             if name not in _plugin_classes:
@@ -110,8 +164,76 @@ def check_class(name: str) -> type[Check]:
             return _plugin_classes[name]
         raise ValueError(f"unknown check {name!r}; known: {', '.join(sorted(names()))}")
     # __import__ rather than importlib.import_module: importlib imports warnings.
-    module = __import__(REGISTRY[name][0], fromlist=["CHECK"])
+    module = __import__(f"{_PACKAGE}.{name}", fromlist=["CHECK"])
     return module.CHECK
+
+
+# --- the checks' configuration sections ------------------------------------------------
+_sections: dict[str, dict] = {}       # module name -> its SECTIONS
+
+
+def _module_sections(name: str) -> dict:
+    if name not in _sections:
+        module = __import__(f"{_PACKAGE}.{name}", fromlist=["SECTIONS"])
+        _sections[name] = getattr(module, "SECTIONS", {})
+    return _sections[name]
+
+
+def _find(key: str | None) -> dict:
+    """The sections of the check that declares `key` (None: of every check, in order).
+    The modules already imported are asked first, and among them one whose name starts
+    the key (filesystem: filesystems): a run reads the sections of the checks it runs,
+    and imports no other."""
+    if key is None:
+        out: dict = {}
+        for name in registry():
+            out.update(_module_sections(name))
+        return out
+    loaded = sys.modules
+    for name in sorted(registry(), key=lambda n: (f"{_PACKAGE}.{n}" not in loaded, not key.startswith(n))):
+        found = _module_sections(name)
+        if key in found:
+            return found
+    return {}
+
+
+def _identity() -> list:
+    """Of the modules that declare sections: what changes when one of them is edited."""
+    out = []
+    for name in registry():
+        st = os.stat(os.path.join(_DIR, name + ".py"))
+        out.append([name, st.st_mtime_ns, st.st_size])
+    return out
+
+
+_schema: Sections | None = None
+
+
+def sections() -> Sections:
+    """Every check's configuration sections, for core.config's loader."""
+    global _schema
+    if _schema is None:
+        from ..core.config import Sections
+        _schema = Sections(_find, _identity)
+    return _schema
+
+
+def has_role(name: str, role: str) -> bool:
+    """Whether the built-in check `name` declares `role` (its class's `roles`), so a
+    decision about mount probes or stuck tasks names no check. Imports only that check
+    (which ran, to have a finding)."""
+    return name in registry() and role in getattr(check_class(name), "roles", ())
+
+
+def joiners(present: set[str]) -> list[Callable[[list[Finding]], list[Finding]]]:
+    """The `correlate` of each check among `present` (check names of a run's findings)
+    that has one: built-in checks in their order, then other packages' already loaded."""
+    out = []
+    for name in [n for n in registry() if n in present] + [n for n in _plugin_classes if n in present]:
+        join = getattr(check_class(name), "correlate", None)
+        if join is not None:
+            out.append(join)
+    return out
 
 
 class Context:

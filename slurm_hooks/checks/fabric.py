@@ -34,16 +34,92 @@ from __future__ import annotations
 import os
 import time
 
+from ..core.config import setting, switch
 from ..core.model import FAIL, OK, WARN, Finding
+from ..core.records import dataclass
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import FabricConfig
+    from ..core.config import Config
     from ..host.runner import Outcome
     from . import Context
 
+# The error counters of an InfiniBand port (Documentation/ABI/stable/sysfs-class-infiniband)
+# and how much growth within fabric.error_window warns: the thresholds of
+# infiniband-diags' ibqueryerrors (10 for the physical-layer counters, 100 for the rest).
+FABRIC_ERROR_WARN = {
+    "symbol_error": 10, "link_error_recovery": 10, "port_rcv_errors": 10,
+    "local_link_integrity_errors": 10, "excessive_buffer_overrun_errors": 10,
+    "port_rcv_remote_physical_errors": 100, "port_rcv_switch_relay_errors": 100,
+    "port_xmit_discards": 100, "port_xmit_constraint_errors": 100,
+    "port_rcv_constraint_errors": 100, "VL15_dropped": 100,
+}
+
+
 NAME = "fabric"
+ORDER = 50
+HOOKS = ("check", "healthcheck")
+
+
+@dataclass
+class FabricConfig:
+    enabled: str = switch(doc="auto: check the RDMA ports when sysfs has class/infiniband, else "
+                           "not applicable. true: this node must have RDMA ports. false: never.")
+    ports: list = setting([], kind="strlist",
+                          doc="Ports that must be up, as DEVICE/PORT (mlx5_0/1); set per node "
+                          "group. Empty: every port seen ACTIVE since the node booted.")
+    rate: float | None = setting(None, kind="number", min=0, nullable=True,
+                                 doc="Expected rate of every expected port, Gb/s (400 for 4X NDR). "
+                                 "null: the highest rate the port had since boot.")
+    slow_rate: str = setting("warn", kind="enum", choices=("warn", "fail"),
+                             doc="A port up below its expected rate: a warning, or a resumable drain.")
+    timeout: float = setting(5.0, kind="seconds",
+                             doc="Deadline of the child that reads the ports (a wedged HCA driver "
+                             "blocks sysfs reads).")
+    flap_strikes: int = setting(3, kind="int", min=1, max=255,
+                                doc="Link downs (growth of link_downed) within flap_window that make "
+                                "a port flapping: a resumable drain.")
+    flap_window: float = setting(3600.0, kind="seconds",
+                                 doc="Window, seconds, in which flap_strikes link downs count.")
+    flap_recovery: float = setting(1800.0, kind="seconds",
+                                   doc="A flapping port is healed after this long without a new link "
+                                   "down: its strikes are forgotten and the node is resumed after "
+                                   "policy.resume_after passing runs.")
+    error_window: float = setting(3600.0, kind="seconds",
+                                  doc="Window, seconds, over which error-counter growth is measured.")
+    error_warn: dict = setting(dict(FABRIC_ERROR_WARN), kind="map", key_kind="str",
+                               value={"kind": "int", "min": 1},
+                               doc="Growth of an error counter within error_window that warns, per "
+                               "counter: {symbol_error: 10}. Counters not named keep their default; "
+                               "defaults: README, section fabric check.")
+
+    def validate(self, v, node, prefix: str) -> None:
+        """Rules that span several settings (the loader calls it with itself as v)."""
+        fab = self
+        for i, port in enumerate(fab.ports):
+            dev, _, num = port.partition("/")
+            if not dev or "/" in num or not num.isdigit() or dev in (".", ".."):
+                v.fail(v.item_node(v.value_node(node, "ports"), i), f"{prefix}.ports[{i}]",
+                          f"must be DEVICE/PORT as in /sys/class/infiniband (mlx5_0/1), got {port!r}")
+        for name in fab.error_warn:
+            if name not in FABRIC_ERROR_WARN:
+                v.fail(v.key_node(v.value_node(node, "error_warn"), name), f"{prefix}.error_warn.{name}",
+                          f"not an error counter; known: {', '.join(sorted(FABRIC_ERROR_WARN))}")
+        # Counters not named keep their default threshold.
+        fab.error_warn = {**FABRIC_ERROR_WARN, **fab.error_warn}
+
+
+SECTIONS = {"fabric": setting(kind="section", cls=FabricConfig, doc="InfiniBand and RoCE ports (the fabric check).")}
+
+
+def settings(cfg: Config) -> FabricConfig:
+    """This check's section of the configuration."""
+    out: FabricConfig = getattr(cfg, "fabric")
+    return out
+
+
+
 STATE = "fabric"
 TASK_KEY = f"{NAME}:ports"
 ACTIVE, LINK_UP = 4, 5
@@ -55,7 +131,7 @@ ERROR_COUNTERS = {
     "local_link_integrity_errors": 4, "excessive_buffer_overrun_errors": 4, "VL15_dropped": 16,
 }
 # Verdicts, worst first.
-ORDER = ("hung", "missing", "down", "flapping", "slow", "errors", "ok", "unused")
+VERDICT_ORDER = ("hung", "missing", "down", "flapping", "slow", "errors", "ok", "unused")
 
 
 # --- what runs in the child -----------------------------------------------------------
@@ -155,6 +231,8 @@ def _ago(seconds: float) -> str:
 
 class FabricCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles: tuple[str, ...] = ()
     state: tuple[str, ...] = (STATE,)
     series = {
         "slurm_hooks_fabric_port_up": (
@@ -193,7 +271,7 @@ class FabricCheck:
         self._skip = ""
 
     def tasks(self, ctx: Context) -> list[Task]:
-        cfg = ctx.config.fabric
+        cfg = settings(ctx.config)
         root = os.path.join(ctx.config.host.sysfs, "class", "infiniband")
         if cfg.enabled == "false":
             self._skip = "disabled (fabric.enabled: false)"
@@ -207,7 +285,7 @@ class FabricCheck:
     def findings(self, ctx: Context, outcomes: dict[str, Outcome]) -> list[Finding]:
         if self._skip:
             return [Finding(NAME, "fabric", "not_applicable", OK, f"fabric {self._skip}")]
-        cfg = ctx.config.fabric
+        cfg = settings(ctx.config)
         o = outcomes[TASK_KEY]
         if o.status in (HUNG, STILL_HUNG):
             return [self._hung(cfg, o)]
@@ -298,7 +376,7 @@ class FabricCheck:
             return Finding(NAME, key, "unused", OK,
                            f"{kind} {key} not in use ({p.get('state_name') or '?'}, not expected up)",
                            detail="neither in fabric.ports nor seen ACTIVE since boot", evidence=ev)
-        problems.sort(key=lambda x: ORDER.index(x[0]))
+        problems.sort(key=lambda x: VERDICT_ORDER.index(x[0]))
         status, summary, _ = problems[0]
         severity = WARN if status == "errors" or (status == "slow" and cfg.slow_rate == "warn") else FAIL
         detail = "; ".join(d for _, _, d in problems if d)

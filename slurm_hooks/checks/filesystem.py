@@ -26,8 +26,8 @@ import errno
 import os
 import time
 
-from ..core import config as cfgmod
-from ..core.model import FAIL, OK, WARN, Finding
+from ..core.config import setting, switch
+from ..core.model import FAIL, MOUNT_PROBE, OK, WARN, Finding
 from ..core.records import dataclass
 from ..host.mounts import normalise
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
@@ -40,6 +40,135 @@ if TYPE_CHECKING:
     from . import Context
 
 NAME = "filesystem"
+ORDER = 10
+HOOKS = ("check", "healthcheck", "prolog", "epilog")
+
+
+@dataclass
+class RecoverConfig:
+    method: str = setting("none", kind="enum", choices=("none", "fuse-abort", "nfs-force-unmount", "command"),
+                          doc="How to free tasks stuck on this mount without a reboot, once it is proven "
+                          "hung and its job was ended: `fuse-abort` (write 1 to the FUSE connection's "
+                          "fusectl `abort`: every pending request fails, its callers wake), "
+                          "`nfs-force-unmount` (`umount -f`: pending RPCs of a hard mount fail with "
+                          "EIO), `command` (the site's own, `recover.command`), `none`: reboot as before.")
+    command: list = setting([], kind="strlist",
+                            doc="method `command`: argv, absolute program path; `{mountpoint}` and "
+                            "`{source}` are replaced. Run in a child with a deadline (filesystem "
+                            "timeout), never through a shell.")
+    remount: list = setting([], kind="strlist",
+                            doc="argv that brings the mount back after the dead one is detached "
+                            "(`umount -l`), placeholders as for command. Empty: nothing is run "
+                            "(autofs or a systemd mount unit brings it back).")
+    wait: float = setting(10.0, kind="seconds",
+                          doc="How long the stuck tasks and probes on the mount get to go after the "
+                          "recovery, polled, within the run's action deadline. Tasks still there: "
+                          "the reboot, saying recovery was tried.")
+
+
+@dataclass
+class FilesystemConfig:
+    path: str = setting(kind="path", doc="Directory to probe. The write probe creates, writes, "
+                        "fsyncs, reads back and removes a small file in it.")
+    mountpoint: str | None = setting(None, kind="path", nullable=True,
+                                     doc="Mount that must be present for this path (e.g. /home "
+                                     "for /home/.probe). Absent from the mount table: `missing`. "
+                                     "Default: not required, the path's own mount is used.")
+    fstype: str | None = setting(None, nullable=True,
+                                 doc="Expected filesystem type of that mount (nfs4, lustre, gpfs, "
+                                 "...). Another type is reported as `missing`.")
+    mode: str = setting("write", kind="enum", choices=("write", "read"),
+                        doc="write: create+write+fsync+read back+unlink. read: statfs and "
+                        "read the directory, for mounts a node must not write to.")
+    timeout: float | None = setting(None, kind="seconds", nullable=True,
+                                    doc="Deadline for the probe. Default: filesystem_defaults.timeout.")
+    warn_after: float | None = setting(None, kind="seconds", nullable=True,
+                                       doc="Latency above which the verdict is `slow`. "
+                                       "Default: filesystem_defaults.warn_after.")
+    payload_bytes: int | None = setting(None, kind="int", min=1, max=16 << 20, nullable=True,
+                                        doc="Bytes written and read back. "
+                                        "Default: filesystem_defaults.payload_bytes.")
+    required: bool = setting(True, kind="bool",
+                             doc="A failure drains the node (true) or is only reported (false).")
+    recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
+                                     doc="Recovery without a reboot (opt-in): README, \"Recovery "
+                                     "without a reboot\".")
+
+    def validate(self, v, node, prefix: str) -> None:
+        """Rules that span several settings (the loader calls it with itself as v)."""
+        fs = self
+        if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:
+            v.fail(v.key_node(node, "warn_after"), f"{prefix}.warn_after",
+                      f"must be below timeout ({fs.timeout:g}s), got {fs.warn_after:g}")
+        r = fs.recover
+        where = v.key_node(v.value_node(node, "recover"), "method")
+        if r.method == "command" and not r.command:
+            v.fail(where, f"{prefix}.recover.command", "method command needs the command (an argv list)")
+        for key, argv in (("command", r.command), ("remount", r.remount)):
+            if argv and not argv[0].startswith("/"):
+                v.fail(v.key_node(v.value_node(node, "recover"), key), f"{prefix}.recover.{key}",
+                          f"the program must be an absolute path (HealthCheckProgram has no PATH), got {argv[0]!r}")
+        if r.method in ("fuse-abort", "nfs-force-unmount"):
+            kind = fs.fstype or (v.mount_kind(fs.mountpoint or fs.path) if v.mount_kind else None)
+            want = "fuse" if r.method == "fuse-abort" else "nfs"
+            if kind is not None and not kind.startswith(want):
+                v.fail(where, f"{prefix}.recover.method",
+                          f"{r.method} needs a{' FUSE' if want == 'fuse' else 'n NFS'} mount, but {fs.path} "
+                          f"is on {kind}")
+
+
+@dataclass
+class FilesystemDefaults:
+    enabled: str = switch("Probe filesystems. auto and true: the configured paths, else local "
+                          "scratch and the discovered network mounts. false: never.")
+    timeout: float = setting(10.0, kind="seconds",
+                             doc="Deadline of a filesystem probe, in seconds. All paths are "
+                             "probed at once, so a run with every path hung ends after about "
+                             "this long. Keep it well below slurmd's 60 s kill.")
+    warn_after: float = setting(2.0, kind="seconds",
+                                doc="Latency above which a probe that succeeded is `slow`.")
+    payload_bytes: int = setting(4096, kind="int", min=1, max=16 << 20,
+                                 doc="Bytes written, fsynced and read back by the write probe.")
+    discover_network_mounts: bool = setting(
+        True, kind="bool",
+        doc="When `filesystems` is empty: also probe (read mode) every network or FUSE "
+        "mount found in the mount table.")
+
+
+SECTIONS = {
+    "filesystems": setting([], kind="list", item=FilesystemConfig, unique="path",
+                           doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
+                           "with discover_network_mounts, every network mount (read)."),
+    "filesystem_defaults": setting(kind="section", cls=FilesystemDefaults,
+                                   doc="Defaults for every filesystems entry."),
+}
+
+
+def paths(cfg: Config) -> list[FilesystemConfig]:
+    """The configured paths (this check's `filesystems`)."""
+    out: list[FilesystemConfig] = getattr(cfg, "filesystems")
+    return out
+
+
+def defaults(cfg: Config) -> FilesystemDefaults:
+    """This check's `filesystem_defaults`."""
+    out: FilesystemDefaults = getattr(cfg, "filesystem_defaults")
+    return out
+
+
+
+def fs_timeout(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.timeout if fs.timeout is not None else defaults(cfg).timeout
+
+
+def fs_warn_after(cfg: Config, fs: FilesystemConfig) -> float:
+    return fs.warn_after if fs.warn_after is not None else defaults(cfg).warn_after
+
+
+def fs_payload(cfg: Config, fs: FilesystemConfig) -> int:
+    return fs.payload_bytes if fs.payload_bytes is not None else defaults(cfg).payload_bytes
+
+
 DEFAULT_LOCAL = ("/tmp", "/dev/shm")
 # The world-writable scratch directories every job can fill, on whatever holds them
 # (a diskless node's /tmp may sit on its NFS root).
@@ -83,14 +212,14 @@ def local_scratch(path: str, mounts) -> bool:
 
 
 def targets(cfg: Config, mounts) -> list[Target]:
-    d = cfg.filesystem_defaults
-    if cfg.filesystems:
+    d = defaults(cfg)
+    if paths(cfg):
         return [Target(path=normalise(fs.path), mode=fs.mode,
-                       timeout=cfgmod.fs_timeout(cfg, fs), warn_after=cfgmod.fs_warn_after(cfg, fs),
-                       payload=cfgmod.fs_payload(cfg, fs), required=fs.required,
+                       timeout=fs_timeout(cfg, fs), warn_after=fs_warn_after(cfg, fs),
+                       payload=fs_payload(cfg, fs), required=fs.required,
                        mountpoint=fs.mountpoint, fstype=fs.fstype, origin="configured",
                        scratch=local_scratch(fs.path, mounts))
-                for fs in cfg.filesystems]
+                for fs in paths(cfg)]
     out = [Target(path=p, mode="write", timeout=d.timeout, warn_after=d.warn_after,
                   payload=d.payload_bytes, required=True, mountpoint=None, fstype=None,
                   origin="default: local scratch", scratch=local_scratch(p, mounts))
@@ -217,6 +346,8 @@ def probe_read(progress, directory: str) -> dict:
 # --- the check -----------------------------------------------------------------------
 class FilesystemCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles = (MOUNT_PROBE,)
     state: tuple[str, ...] = ()       # a stuck probe is the runner's to remember
     series = {
         "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
@@ -249,13 +380,16 @@ class FilesystemCheck:
         return f"{NAME}:{path}"
 
     def tasks(self, ctx: Context) -> list[Task]:
+        if defaults(ctx.config).enabled == "false":
+            self._targets = []
+            return []
         mounts = ctx.mounts
         self._targets = targets(ctx.config, mounts)
         if ctx.fs_timeout is not None:
             for t in self._targets:
                 t.timeout = min(t.timeout, ctx.fs_timeout)
                 t.warn_after = min(t.warn_after, t.timeout)
-        if not ctx.config.filesystems:
+        if not paths(ctx.config):
             ctx.notes.append(_default_note(self._targets))
         tasks = []
         for t in self._targets:

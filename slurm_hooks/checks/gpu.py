@@ -2,8 +2,8 @@
 
 This module runs the one NVML reading (a single hang-safe task) and hands it to the
 pieces, each in its own module and each keeping its own state: verdicts per GPU
-(gpu_health.py), count (gpu_count.py), Xid events (gpu_xid.py), idle-while-busy
-(gpu_idle.py), the prolog's and epilog's view (gpu_hooks.py).
+(_gpu_health.py), count (_gpu_count.py), Xid events (_gpu_xid.py), idle-while-busy
+(_gpu_idle.py), the prolog's and epilog's view (_gpu_hooks.py).
 
 - NVML runs only in a hang-safe child (host/nvml.py). A child past its deadline means the
   driver stopped answering; the finding names the call it was making. A child stuck
@@ -14,19 +14,19 @@ pieces, each in its own module and each keeping its own state: verdicts per GPU
   node must have GPUs.
 - Every GPU is read cleanly or fails, naming the NVML error (a GPU that fell off the bus
   answers its handle lookup with "Unknown Error"; nothing it says is "healthy").
-- Verdicts follow NVIDIA's documents (gpu_health.py): what needs a reset or a reboot
+- Verdicts follow NVIDIA's documents (_gpu_health.py): what needs a reset or a reboot
   drains and frees the GPU's job; what lets running work finish (a row remap pending)
   drains and leaves the job running; what the driver says to quiesce and ask again
   (DRAIN_P2P) is resumed once it clears.
-- Count (gpu_count.py): fewer GPUs than `gpu.count` (or the node's Gres=gpu:N in
+- Count (_gpu_count.py): fewer GPUs than `gpu.count` (or the node's Gres=gpu:N in
   Slurm) is a failure naming the missing PCI addresses, from an inventory of GPUs seen
   in earlier runs and from the NVIDIA devices on the PCI bus.
-- Xid events (gpu_xid.py): kernel log records since the last real run's position
+- Xid events (_gpu_xid.py): kernel log records since the last real run's position
   (host/kmsg.py), classified by host/xid.py's table and, where the driver offers it, by NVML's
   recovery action; attached to the GPU with that PCI address.
-- Idle while busy (gpu_idle.py): a warning after a continuous window; decide/correlate.py joins
+- Idle while busy (_gpu_idle.py): a warning after a continuous window; correlate() joins
   it with a stuck task of the same process into one diagnosis.
-- In the prolog and epilog (gpu_hooks.py): only the job's GPUs, found by minor number,
+- In the prolog and epilog (_gpu_hooks.py): only the job's GPUs, found by minor number,
   UUID or PCI id, never by NVML's index.
 
 GPUs are known by PCI address and UUID everywhere in state; NVML's index only names them
@@ -37,17 +37,33 @@ from __future__ import annotations
 import os
 import time
 
+from ..core.config import setting
 from ..core.model import FAIL, OK, WARN, Finding
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
+from ._gpu_config import GpuConfig, GpuIdleConfig  # noqa: F401 (the section's classes)
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import GpuConfig
+    from ..core.config import Config
     from ..host.jobs import JobRef
     from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "gpu"
+ORDER = 40
+HOOKS = ("check", "healthcheck", "prolog", "epilog")
+
+
+SECTIONS = {"gpu": setting(kind="section", cls=GpuConfig, doc="NVIDIA GPUs, through NVML.")}
+
+
+def settings(cfg: Config) -> GpuConfig:
+    """This check's section of the configuration."""
+    out: GpuConfig = getattr(cfg, "gpu")
+    return out
+
+
+
 DRIVER_PATHS = ("/dev/nvidiactl", "/proc/driver/nvidia/version")
 
 
@@ -66,10 +82,20 @@ def who(g: dict) -> str:
 
 class GpuCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles: tuple[str, ...] = ()
     state = ("gpu-counters", "gpu-inventory", "gres", "kmsg-xid", "gpu-jobs", "gpu-xids", "gpu-idle")
     series = {"slurm_hooks_gpu_health": ("gauge", "Worst verdict for a GPU: 0 ok, 1 warning, 2 failing.")}
     explain_keys = ("index", "pci", "name", "xid", "meaning", "kernel_log", "recovery_action", "ecc_uncorrected_volatile",
                     "remapped_rows", "memory_used_mib", "pids", "busy", "count", "visible", "expected", "missing", "call")
+
+    @staticmethod
+    def correlate(findings: list[Finding]) -> list[Finding]:
+        """An idle GPU whose process is stuck in D is part of that stuck task's finding."""
+        if not any(f.status == "idle_while_busy" for f in findings):
+            return findings         # the usual run: nothing to join, nothing to import
+        from ._gpu_idle import correlate
+        return correlate(findings)
 
     @staticmethod
     def samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
@@ -91,7 +117,7 @@ class GpuCheck:
         self._skip: Finding | None = None
 
     def tasks(self, ctx: Context) -> list[Task]:
-        cfg = ctx.config.gpu
+        cfg = settings(ctx.config)
         if cfg.enabled == "false":
             self._skip = Finding(NAME, "gpu", "disabled", OK, "gpu: check disabled (gpu.enabled: false)")
             return []
@@ -100,7 +126,7 @@ class GpuCheck:
                                  "gpu: no NVIDIA driver on this node: not applicable")
             return []
         if ctx.behaviour.for_job:
-            from .gpu_hooks import given_none
+            from ._gpu_hooks import given_none
             self._skip = given_none(ctx)
             if self._skip is not None:
                 return []
@@ -109,7 +135,7 @@ class GpuCheck:
     def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         if self._skip is not None:
             return [self._skip]
-        cfg = ctx.config.gpu
+        cfg = settings(ctx.config)
         o = outcomes[f"{NAME}:nvml"]
         if o.status in (HUNG, STILL_HUNG):
             asked = o.step or "nvmlInit"
@@ -130,13 +156,13 @@ class GpuCheck:
             return [self._init_failure(cfg, v)]
         # Imported here, not at the top: a node without a driver (and every prolog on
         # one) never needs them, and importing them costs a job start milliseconds.
-        from .gpu_count import SYSFS, count_findings, locate
-        from .gpu_health import health, system_errors
-        from .gpu_xid import remember_xids, xid_findings
+        from ._gpu_count import SYSFS, count_findings, locate
+        from ._gpu_health import health, system_errors
+        from ._gpu_xid import remember_xids, xid_findings
         gpus = v.get("gpus", [])
         locate(ctx, gpus)
         if ctx.behaviour.for_job:
-            from .gpu_hooks import hook_findings
+            from ._gpu_hooks import hook_findings
             return system_errors(v) + hook_findings(ctx, cfg, gpus, v)
         out = system_errors(v)
         by_pci = {g["pci"]: g for g in gpus if g.get("pci")}
@@ -160,8 +186,8 @@ class GpuCheck:
         ctx.state.save("gpu-counters", {g["uuid"]: {"pcie_replays": g.get("pcie_replays"),
                                                      "nvlink": g.get("nvlink_errors")}
                                         for g in gpus if g.get("uuid")})
-        if cfg.idle.enabled:
-            from .gpu_idle import idle_findings
+        if cfg.idle.enabled != "false":
+            from ._gpu_idle import idle_findings
             out += idle_findings(ctx, cfg.idle, gpus, jobs)
         if not [f for f in out if f.severity != OK]:
             out.append(Finding(NAME, "gpus", "ok", OK,
@@ -204,7 +230,6 @@ class GpuCheck:
         if now != before:
             ctx.state.save("gpu-jobs", now)
         return before
-
 
 
 CHECK = GpuCheck

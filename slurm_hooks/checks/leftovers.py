@@ -10,7 +10,7 @@ call, file, mount, cause) and drains the node; a leftover not in D is only repor
 Processes are found by their cgroup (this node's job_J), read from /proc/PID/cgroup,
 which is safe for any process.
 
-GPU processes (the prolog's "is this GPU free?", checks/gpu_hooks.py) are sorted here
+GPU processes (the prolog's "is this GPU free?", checks/_gpu_hooks.py) are sorted here
 too: this job's, another job's, the MPS server's, or no job's. Which of them are
 leftovers depends on whether the GPU is shared on purpose (Slurm shard or MPS).
 """
@@ -19,17 +19,39 @@ from __future__ import annotations
 import os
 import time
 
-from ..core.model import WARN, Finding
+from ..core.config import setting, switch
+from ..core.model import STUCK_TASK, WARN, Finding
+from ..core.records import dataclass
 from ..host import procfs
 from ..host.jobs import of_pid
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
+    from ..core.config import Config
     from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "leftovers"
+ORDER = 30
+HOOKS = ("epilog",)
+
+
+@dataclass
+class LeftoversConfig:
+    enabled: str = switch("After a job, look for its processes still running. auto is true.")
+
+
+SECTIONS = {"leftovers": setting(kind="section", cls=LeftoversConfig,
+                                 doc="What a job leaves behind (the epilog).")}
+
+
+def settings(cfg: Config) -> LeftoversConfig:
+    """This check's section of the configuration."""
+    out: LeftoversConfig = getattr(cfg, "leftovers")
+    return out
+
+
 SETTLE = 0.3     # a task being killed right now gets this long to disappear
 
 
@@ -61,6 +83,8 @@ def gpu_process_owner(pid: int, job: str, node: str, proc: str = procfs.PROC) ->
 
 class LeftoversCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles = (STUCK_TASK,)    # a job's task left stuck in D
     state: tuple[str, ...] = ()
     series = STUCK_SERIES
     explain_keys = ("job", "pid", "tids", "comm", "syscall", "file", "mountpoint", "fstype", "cause", "wchan", "stack")
@@ -73,7 +97,7 @@ class LeftoversCheck:
         return []
 
     def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
-        if ctx.job is None:
+        if ctx.job is None or settings(ctx.config).enabled == "false":
             return []
         pids = job_pids(ctx.job.id, ctx.node, self.proc)
         if not pids:

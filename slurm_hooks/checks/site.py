@@ -31,20 +31,57 @@ import os
 import stat
 import time
 
+from ..core.config import setting, switch
 from ..core.model import FAIL, OK, WARN, Finding
+from ..core.records import dataclass
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
+    from ..core.config import Config
     from ..host.runner import Outcome
     from . import Context
 
 NAME = "site"
+# Last, and in every run: each of the site's executables says in which runs it takes part.
+ORDER = 90
+HOOKS = ("check", "healthcheck", "prolog", "epilog")
+
+
+@dataclass
+class SiteChecksConfig:
+    enabled: str = switch("Run the drop-in executables of `dir`. auto is true.")
+    dir: str = setting("/etc/slurm-hooks/checks.d", kind="path",
+                       doc="Directory of site checks: executables named as run-parts accepts "
+                       "(letters, digits, _ and -), run with Nagios exit codes. A file or "
+                       "directory writable by anyone but root is refused, never run.")
+    timeout: float = setting(10.0, kind="seconds", max=55,
+                             doc="Deadline of each site check (one may declare a shorter one); "
+                             "killed, and remembered if stuck, past it.")
+    on_hang: str = setting("fail", kind="enum", choices=("fail", "warn"),
+                           doc="A site check that does not end by its deadline: a resumable drain "
+                           "(fail) or a warning.")
+    entry_points: bool = setting(True, kind="bool",
+                                 doc="Also run Python checks other packages register in the entry-point "
+                                 "group slurm_hooks.checks.")
+
+
+SECTIONS = {"site_checks": setting(kind="section", cls=SiteChecksConfig,
+                                   doc="The site's own checks: drop-in executables and Python entry points.")}
+
+
+def settings(cfg: Config) -> SiteChecksConfig:
+    """This check's section of the configuration."""
+    out: SiteChecksConfig = getattr(cfg, "site_checks")
+    return out
+
+
+
 SUMMARY_CAP = 200            # characters of the summary (a node reason is 255 bytes)
 DETAIL_CAP = 1000
 LOOK_AT = 64 << 10           # bytes of output parsed; the rest is drained and dropped
 HEADER = 4096
-HOOKS = ("healthcheck", "prolog", "epilog")
+SCRIPT_HOOKS = ("healthcheck", "prolog", "epilog")
 NAGIOS = {0: ("ok", OK), 1: ("warning", WARN), 2: ("critical", FAIL), 3: ("unknown", WARN)}
 # The environment a site check gets: nothing of ours but where it runs.
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -90,9 +127,9 @@ def declared(path: str) -> tuple[tuple[str, ...], float | None, str]:
             key, _, value = word.partition("=")
             if key == "hooks":
                 names = tuple(h for h in value.split(",") if h)
-                bad = [h for h in names if h not in HOOKS]
+                bad = [h for h in names if h not in SCRIPT_HOOKS]
                 if bad or not names:
-                    return (), None, f"hooks={value}: each must be one of {', '.join(HOOKS)}"
+                    return (), None, f"hooks={value}: each must be one of {', '.join(SCRIPT_HOOKS)}"
                 hooks = names
             elif key == "timeout":
                 try:
@@ -166,6 +203,8 @@ def _json_fields(doc: dict) -> dict:
 # --- the check -----------------------------------------------------------------------
 class SiteCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles: tuple[str, ...] = ()
     state: tuple[str, ...] = ()       # a stuck program is the runner's to remember
     series = {
         "slurm_hooks_site_check_status": (
@@ -195,8 +234,8 @@ class SiteCheck:
         return f"{NAME}:{name}"
 
     def tasks(self, ctx: Context) -> list[Task]:
-        cfg = ctx.config.site_checks
-        if not cfg.enabled:
+        cfg = settings(ctx.config)
+        if cfg.enabled == "false":
             return []
         hook = ctx.behaviour.site_hook
         try:
@@ -271,7 +310,7 @@ class SiteCheck:
 
     def findings(self, ctx: Context, outcomes: dict[str, Outcome]) -> list[Finding]:
         out = list(self._early)
-        on_hang = FAIL if ctx.config.site_checks.on_hang == "fail" else WARN
+        on_hang = FAIL if settings(ctx.config).on_hang == "fail" else WARN
         for name, (path, timeout) in self._run.items():
             o = outcomes[self.key(name)]
             base = {"timeout": timeout}

@@ -39,7 +39,8 @@ from __future__ import annotations
 import os
 import time
 
-from ..core.model import FAIL, OK, WARN, Finding
+from ..core.config import setting, switch
+from ..core.model import FAIL, OK, STUCK_TASK, WARN, Finding
 from ..core.reason import duration, printable, shorten_path
 from ..core.records import dataclass, field
 from ..host import procfs, syscalls, waits
@@ -49,10 +50,57 @@ from ..host.runner import DONE, Task
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
+    from ..core.config import Config
     from ..host.runner import Outcome as TaskOutcome
     from . import Context
 
 NAME = "stuck_tasks"
+ORDER = 20
+HOOKS = ("check", "healthcheck")
+
+
+@dataclass
+class StuckTasksConfig:
+    enabled: str = switch("Look for tasks (any thread) stuck in uninterruptible sleep (D). "
+                          "auto is true.")
+    grace: float = setting(120.0, kind="seconds",
+                           doc="A task counts as stuck after this long in D with no progress "
+                           "(unchanged context-switch counts), remembered across runs.")
+    sample_window: float = setting(1.0, kind="seconds",
+                                   doc="When D tasks not seen before are found, sample them again "
+                                   "this much later in the same run, to tell a stuck task from one "
+                                   "doing slow I/O.")
+    inspect_timeout: float = setting(2.0, kind="seconds",
+                                     doc="Deadline of the child that reads a stuck process's "
+                                     "environment (for its rank), command line and path arguments.")
+    non_job_tasks: str = setting("warn", kind="enum", choices=("ignore", "warn", "drain"),
+                                 doc="What a stuck task outside any Slurm job does: nothing, a "
+                                 "warning in the report, or drain the node.")
+    own_mount: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                             doc="A job task stuck on a FUSE mount its own user made is the job's "
+                             "problem, not the node's: never a drain or a reboot. `comment`: record "
+                             "the diagnosis on the job (AdminComment, journal); `cancel` or `requeue` "
+                             "the job as well.")
+    not_node: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
+                            doc="A job task stuck where nothing proves the node at fault (a vfork "
+                            "parent, a ptrace stop, a pipe or lock, a mount no kernel id shows to be "
+                            "the node's) is the job's problem: never a drain or a reboot. `comment`: "
+                            "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
+    listpids_fallback: bool = setting(True, kind="bool",
+                                      doc="Ask `scontrol listpids` which job a stuck process belongs "
+                                      "to when its cgroup does not say (proctrack/linuxproc).")
+
+
+SECTIONS = {"stuck_tasks": setting(kind="section", cls=StuckTasksConfig, doc="Tasks stuck in uninterruptible sleep.")}
+
+
+def settings(cfg: Config) -> StuckTasksConfig:
+    """This check's section of the configuration."""
+    out: StuckTasksConfig = getattr(cfg, "stuck_tasks")
+    return out
+
+
+
 STATE = "stuck-tasks"
 # Above this many threads the scan is split over forked children, one per CPU.
 PARALLEL_THREADS = 3000
@@ -274,6 +322,8 @@ def stuck_samples(findings: list[Finding]) -> list[tuple[str, dict, float]]:
 
 class StuckTasksCheck:
     name = NAME
+    order, hooks = ORDER, HOOKS
+    roles = (STUCK_TASK,)
     state = (STATE,)
     series = STUCK_SERIES
     explain_keys = ("job", "step", "rank", "pid", "tids", "comm", "seconds", "syscall", "file", "mountpoint",
@@ -289,8 +339,8 @@ class StuckTasksCheck:
 
     # --- phase 1: scan (runs before the other checks' children are collected) --------
     def tasks(self, ctx: Context) -> list[Task]:
-        cfg = ctx.config.stuck_tasks
-        if not cfg.enabled:
+        cfg = settings(ctx.config)
+        if cfg.enabled == "false":
             return []
         found = self._scan(ctx)
         self._seen_at, self._seen_wall = time.monotonic(), time.time()
@@ -323,8 +373,8 @@ class StuckTasksCheck:
 
     # --- phase 2: decide ------------------------------------------------------------
     def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
-        cfg = ctx.config.stuck_tasks
-        if not cfg.enabled:
+        cfg = settings(ctx.config)
+        if cfg.enabled == "false":
             return []
         previous = ctx.state.load(STATE)
         if not self._seen and not previous:
@@ -405,7 +455,7 @@ class StuckTasksCheck:
         Tasks never seen before get a second look `sample_window` after the first, so
         a run by itself tells a stuck task from one doing slow I/O.
         """
-        cfg = ctx.config.stuck_tasks
+        cfg = settings(ctx.config)
         fresh = [s for s in self._seen if s.key not in previous]
         if fresh:
             wait = cfg.sample_window - (time.monotonic() - self._seen_at)
@@ -460,7 +510,7 @@ class StuckTasksCheck:
             first, held = items[0]
             named = self._cgroup_ref(pid)
             ref = self._ref(pid, first.uid)
-            if named is None and ctx.config.stuck_tasks.listpids_fallback:
+            if named is None and settings(ctx.config).listpids_fallback:
                 if listpids is None:
                     listpids = _listpids(ctx)
                 ref = listpids.get(pid)
@@ -481,7 +531,7 @@ class StuckTasksCheck:
                 tasks.append(None)
             else:
                 tasks.append(Task(f"{NAME}:inspect:{pid}:{first.start}", _inspect,
-                                  (pid, self.proc, addrs), ctx.config.stuck_tasks.inspect_timeout))
+                                  (pid, self.proc, addrs), settings(ctx.config).inspect_timeout))
         live = [t for t in tasks if t]
         outcomes = ctx.runner.run(live) if live else {}
         walks: list[tuple[Stuck, Task]] = []
@@ -509,7 +559,7 @@ class StuckTasksCheck:
                                     if waits.owner(m, self._table(d), ctx.mounts, d.sample.uid)[0] == "user")
                     walks.append((d, Task(f"{NAME}:walk:{d.sample.pid}:{d.sample.start}", waits.walk,
                                           (d.sample.pid, self.proc, base, path, theirs),
-                                          ctx.config.stuck_tasks.inspect_timeout)))
+                                          settings(ctx.config).inspect_timeout)))
                 else:
                     d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"
                               if inspect_stuck >= INSPECT_STUCK_MAX else f"at most {INSPECT_PER_RUN} per run"}
@@ -628,9 +678,9 @@ class StuckTasksCheck:
         if own:
             # The user's own storage: the job's problem. The node stays in service; the
             # job gets the diagnosis and, for the user's own mount, the configured action.
-            if ref is None and ctx.config.stuck_tasks.non_job_tasks == "ignore":
+            if ref is None and settings(ctx.config).non_job_tasks == "ignore":
                 return None
-            action = ctx.config.stuck_tasks.own_mount if mine else "comment"
+            action = settings(ctx.config).own_mount if mine else "comment"
             return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck_own_mount",
                            severity=WARN, summary=summary, detail=detail, evidence=evidence,
                            job=ref.job if ref else None, incident=incident, reason=reason,
@@ -640,14 +690,14 @@ class StuckTasksCheck:
             # parent, a ptrace stop, a pipe, a lock, a mount no id shows to be the node's):
             # the job's problem, told to the job. Never a drain, a reboot or a share of
             # the drain-storm breaker.
-            if ref is None and ctx.config.stuck_tasks.non_job_tasks == "ignore":
+            if ref is None and settings(ctx.config).non_job_tasks == "ignore":
                 return None
             return Finding(check=NAME, target=f"{who}pid {s.pid}".strip(), status="stuck_not_node",
                            severity=WARN, summary=summary, detail=detail, evidence=evidence,
                            job=ref.job if ref else None, incident=incident, reason=reason,
-                           job_action=ctx.config.stuck_tasks.not_node if ref else "")
+                           job_action=settings(ctx.config).not_node if ref else "")
         if ref is None:
-            mode = ctx.config.stuck_tasks.non_job_tasks
+            mode = settings(ctx.config).non_job_tasks
             if mode == "ignore":
                 return None
             severity = FAIL if mode == "drain" else WARN

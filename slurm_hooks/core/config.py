@@ -1,5 +1,11 @@
 """Configuration: built-in defaults, and a YAML loader that validates everything.
 
+This module holds the loader and the sections that are no check's (Slurm, policy,
+actions, the hooks, ...). Each check declares its own section beside its class (its
+module's SECTIONS: key -> setting()); the caller hands them in (`sections=`, the checks
+layer's `sections()`), and a check's section is built only when it is first read, so a
+run imports no check module it does not run.
+
 Every setting is a dataclass field whose metadata says what it accepts, so the defaults,
 the validation and the documentation test all read one table. The loader walks
 PyYAML's node tree rather than the plain parsed data, because nodes know their line:
@@ -17,7 +23,7 @@ from .records import MISSING, dataclass, field, fields
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 DEFAULT_PATH = "/etc/slurm-hooks/slurm-hooks.yaml"
 ENV_VAR = "SLURM_HOOKS_CONFIG"
@@ -51,71 +57,29 @@ def setting(default=MISSING, kind="str", doc="", **rules):
     return field(default=default, metadata=meta)
 
 
-@dataclass
-class RecoverConfig:
-    method: str = setting("none", kind="enum", choices=("none", "fuse-abort", "nfs-force-unmount", "command"),
-                          doc="How to free tasks stuck on this mount without a reboot, once it is proven "
-                          "hung and its job was ended: `fuse-abort` (write 1 to the FUSE connection's "
-                          "fusectl `abort`: every pending request fails, its callers wake), "
-                          "`nfs-force-unmount` (`umount -f`: pending RPCs of a hard mount fail with "
-                          "EIO), `command` (the site's own, `recover.command`), `none`: reboot as before.")
-    command: list = setting([], kind="strlist",
-                            doc="method `command`: argv, absolute program path; `{mountpoint}` and "
-                            "`{source}` are replaced. Run in a child with a deadline (filesystem "
-                            "timeout), never through a shell.")
-    remount: list = setting([], kind="strlist",
-                            doc="argv that brings the mount back after the dead one is detached "
-                            "(`umount -l`), placeholders as for command. Empty: nothing is run "
-                            "(autofs or a systemd mount unit brings it back).")
-    wait: float = setting(10.0, kind="seconds",
-                          doc="How long the stuck tasks and probes on the mount get to go after the "
-                          "recovery, polled, within the run's action deadline. Tasks still there: "
-                          "the reboot, saying recovery was tried.")
+def switch(doc: str, default: str = "auto"):
+    """A check's enable switch, the same on every check: `auto` (what the check does by
+    itself: e.g. the GPU check runs when a driver is there), `true` (it must run: the
+    thing it checks must be there), `false` (never). YAML's true/false (yes/no, on/off)
+    read as `true`/`false`, so a bool written for a switch means what it says."""
+    return setting(default, kind="switch", doc=doc)
 
 
-@dataclass
-class FilesystemConfig:
-    path: str = setting(kind="path", doc="Directory to probe. The write probe creates, writes, "
-                        "fsyncs, reads back and removes a small file in it.")
-    mountpoint: str | None = setting(None, kind="path", nullable=True,
-                                     doc="Mount that must be present for this path (e.g. /home "
-                                     "for /home/.probe). Absent from the mount table: `missing`. "
-                                     "Default: not required, the path's own mount is used.")
-    fstype: str | None = setting(None, nullable=True,
-                                 doc="Expected filesystem type of that mount (nfs4, lustre, gpfs, "
-                                 "...). Another type is reported as `missing`.")
-    mode: str = setting("write", kind="enum", choices=("write", "read"),
-                        doc="write: create+write+fsync+read back+unlink. read: statfs and "
-                        "read the directory, for mounts a node must not write to.")
-    timeout: float | None = setting(None, kind="seconds", nullable=True,
-                                    doc="Deadline for the probe. Default: filesystem_defaults.timeout.")
-    warn_after: float | None = setting(None, kind="seconds", nullable=True,
-                                       doc="Latency above which the verdict is `slow`. "
-                                       "Default: filesystem_defaults.warn_after.")
-    payload_bytes: int | None = setting(None, kind="int", min=1, max=16 << 20, nullable=True,
-                                        doc="Bytes written and read back. "
-                                        "Default: filesystem_defaults.payload_bytes.")
-    required: bool = setting(True, kind="bool",
-                             doc="A failure drains the node (true) or is only reported (false).")
-    recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
-                                     doc="Recovery without a reboot (opt-in): README, \"Recovery "
-                                     "without a reboot\".")
+class Sections:
+    """The configuration sections of the checks: key -> setting (a field whose metadata
+    says what it accepts), found by `find(key)`: the sections of the module that declares
+    `key` (importing only it), or with None every check's, in the checks' order.
+    `identity()` changes whenever a declaring module does (the cache's key)."""
 
+    def __init__(self, find: Callable[[str | None], dict], identity: Callable[[], list]):
+        self.find = find
+        self.identity = identity
 
-@dataclass
-class FilesystemDefaults:
-    timeout: float = setting(10.0, kind="seconds",
-                             doc="Deadline of a filesystem probe, in seconds. All paths are "
-                             "probed at once, so a run with every path hung ends after about "
-                             "this long. Keep it well below slurmd's 60 s kill.")
-    warn_after: float = setting(2.0, kind="seconds",
-                                doc="Latency above which a probe that succeeded is `slow`.")
-    payload_bytes: int = setting(4096, kind="int", min=1, max=16 << 20,
-                                 doc="Bytes written, fsynced and read back by the write probe.")
-    discover_network_mounts: bool = setting(
-        True, kind="bool",
-        doc="When `filesystems` is empty: also probe (read mode) every network or FUSE "
-        "mount found in the mount table.")
+    def all(self) -> dict:
+        return self.find(None)
+
+    def field(self, key: str):
+        return self.find(key).get(key)
 
 
 @dataclass
@@ -141,159 +105,10 @@ class SlurmConfig:
 
 
 @dataclass
-class StuckTasksConfig:
-    enabled: bool = setting(True, kind="bool",
-                            doc="Look for tasks (any thread) stuck in uninterruptible sleep (D).")
-    grace: float = setting(120.0, kind="seconds",
-                           doc="A task counts as stuck after this long in D with no progress "
-                           "(unchanged context-switch counts), remembered across runs.")
-    sample_window: float = setting(1.0, kind="seconds",
-                                   doc="When D tasks not seen before are found, sample them again "
-                                   "this much later in the same run, to tell a stuck task from one "
-                                   "doing slow I/O.")
-    inspect_timeout: float = setting(2.0, kind="seconds",
-                                     doc="Deadline of the child that reads a stuck process's "
-                                     "environment (for its rank), command line and path arguments.")
-    non_job_tasks: str = setting("warn", kind="enum", choices=("ignore", "warn", "drain"),
-                                 doc="What a stuck task outside any Slurm job does: nothing, a "
-                                 "warning in the report, or drain the node.")
-    own_mount: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
-                             doc="A job task stuck on a FUSE mount its own user made is the job's "
-                             "problem, not the node's: never a drain or a reboot. `comment`: record "
-                             "the diagnosis on the job (AdminComment, journal); `cancel` or `requeue` "
-                             "the job as well.")
-    not_node: str = setting("comment", kind="enum", choices=("comment", "cancel", "requeue"),
-                            doc="A job task stuck where nothing proves the node at fault (a vfork "
-                            "parent, a ptrace stop, a pipe or lock, a mount no kernel id shows to be "
-                            "the node's) is the job's problem: never a drain or a reboot. `comment`: "
-                            "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
-    listpids_fallback: bool = setting(True, kind="bool",
-                                      doc="Ask `scontrol listpids` which job a stuck process belongs "
-                                      "to when its cgroup does not say (proctrack/linuxproc).")
-
-
-@dataclass
-class GpuIdleConfig:
-    enabled: bool = setting(True, kind="bool",
-                            doc="Report a GPU that idles while the other GPUs of its job are busy.")
-    window: float = setting(900.0, kind="seconds",
-                            doc="How long a GPU must idle while its job's other GPUs are busy, "
-                            "without a break, before it is a warning. Alone it never drains: "
-                            "healthy jobs look like this for minutes (a checkpoint written by one "
-                            "rank, RL trainers waiting for rollouts, a slow data loader). Tied to a "
-                            "process of the job stuck in D it is one diagnosis with that task, at once.")
-    busy_utilization: float = setting(50.0, kind="number", min=0, max=100,
-                                      doc="Utilization (%) at which a GPU counts as busy.")
-    idle_utilization: float = setting(5.0, kind="number", min=0, max=100,
-                                      doc="Utilization (%) at or below which a GPU counts as idle.")
-    idle_power_ratio: float = setting(0.5, kind="number", min=0, max=1,
-                                      doc="An idle GPU must also draw at most this share of the power "
-                                      "of its job's busiest GPU.")
-
-
-@dataclass
-class GpuConfig:
-    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
-                           doc="auto: check GPUs when an NVIDIA driver is present, else not "
-                           "applicable. true: this node must have working GPUs (no driver is a "
-                           "failure). false: never.")
-    count: int | None = setting(None, kind="int", min=0, max=1024, nullable=True,
-                                doc="GPUs this node must show. null: the node's Gres=gpu:N in Slurm "
-                                "(asked once an hour), else not checked.")
-    timeout: float = setting(10.0, kind="seconds",
-                             doc="Deadline of the NVML queries, all GPUs together. Past it the "
-                             "driver is reported unresponsive, naming the call it did not answer.")
-    temperature_warn: float = setting(87.0, kind="number", min=0, max=200,
-                                      doc="Warn above this GPU temperature (C).")
-    clock_event_warn: list = setting(["hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                                      "sw_thermal_slowdown"], kind="strlist",
-                                     choices=("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
-                                              "sw_thermal_slowdown", "sw_power_cap", "sync_boost"),
-                                     doc="Clock-event (throttle) reasons that give a warning.")
-    pcie_replay_warn: int = setting(100, kind="int", min=1,
-                                    doc="Warn when a GPU's PCIe replay counter grows by this much "
-                                    "between two runs.")
-    nvlink_error_warn: int = setting(100, kind="int", min=1,
-                                     doc="Warn when a GPU's NVLink CRC error counters grow by this much "
-                                     "between two runs. A link down, and any growth of the replay or "
-                                     "recovery counters, drains (as DCGM's NVLink health watch fails).")
-    xid_actions: dict = setting({}, kind="map", key_kind="int",
-                                value={"kind": "enum", "choices": ("drain", "record", "warn")},
-                                doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
-                                "Defaults: README, section Xid table.")
-    idle: GpuIdleConfig = setting(kind="section", cls=GpuIdleConfig,
-                                  doc="GPUs idle while the rest of their job is busy.")
-
-
-@dataclass
 class HostConfig:
     sysfs: str = setting("/sys", kind="path",
                          doc="Where sysfs is mounted. The fabric check reads class/infiniband and "
                          "class/net below it; a test or a replay points it at a tree laid out the same way.")
-
-
-# The error counters of an InfiniBand port (Documentation/ABI/stable/sysfs-class-infiniband)
-# and how much growth within fabric.error_window warns: the thresholds of
-# infiniband-diags' ibqueryerrors (10 for the physical-layer counters, 100 for the rest).
-FABRIC_ERROR_WARN = {
-    "symbol_error": 10, "link_error_recovery": 10, "port_rcv_errors": 10,
-    "local_link_integrity_errors": 10, "excessive_buffer_overrun_errors": 10,
-    "port_rcv_remote_physical_errors": 100, "port_rcv_switch_relay_errors": 100,
-    "port_xmit_discards": 100, "port_xmit_constraint_errors": 100,
-    "port_rcv_constraint_errors": 100, "VL15_dropped": 100,
-}
-
-
-@dataclass
-class FabricConfig:
-    enabled: str = setting("auto", kind="enum", choices=("auto", "true", "false"),
-                           doc="auto: check the RDMA ports when sysfs has class/infiniband, else "
-                           "not applicable. true: this node must have RDMA ports. false: never.")
-    ports: list = setting([], kind="strlist",
-                          doc="Ports that must be up, as DEVICE/PORT (mlx5_0/1); set per node "
-                          "group. Empty: every port seen ACTIVE since the node booted.")
-    rate: float | None = setting(None, kind="number", min=0, nullable=True,
-                                 doc="Expected rate of every expected port, Gb/s (400 for 4X NDR). "
-                                 "null: the highest rate the port had since boot.")
-    slow_rate: str = setting("warn", kind="enum", choices=("warn", "fail"),
-                             doc="A port up below its expected rate: a warning, or a resumable drain.")
-    timeout: float = setting(5.0, kind="seconds",
-                             doc="Deadline of the child that reads the ports (a wedged HCA driver "
-                             "blocks sysfs reads).")
-    flap_strikes: int = setting(3, kind="int", min=1, max=255,
-                                doc="Link downs (growth of link_downed) within flap_window that make "
-                                "a port flapping: a resumable drain.")
-    flap_window: float = setting(3600.0, kind="seconds",
-                                 doc="Window, seconds, in which flap_strikes link downs count.")
-    flap_recovery: float = setting(1800.0, kind="seconds",
-                                   doc="A flapping port is healed after this long without a new link "
-                                   "down: its strikes are forgotten and the node is resumed after "
-                                   "policy.resume_after passing runs.")
-    error_window: float = setting(3600.0, kind="seconds",
-                                  doc="Window, seconds, over which error-counter growth is measured.")
-    error_warn: dict = setting(dict(FABRIC_ERROR_WARN), kind="map", key_kind="str",
-                               value={"kind": "int", "min": 1},
-                               doc="Growth of an error counter within error_window that warns, per "
-                               "counter: {symbol_error: 10}. Counters not named keep their default; "
-                               "defaults: README, section fabric check.")
-
-
-@dataclass
-class SiteChecksConfig:
-    enabled: bool = setting(True, kind="bool", doc="Run the drop-in executables of `dir`.")
-    dir: str = setting("/etc/slurm-hooks/checks.d", kind="path",
-                       doc="Directory of site checks: executables named as run-parts accepts "
-                       "(letters, digits, _ and -), run with Nagios exit codes. A file or "
-                       "directory writable by anyone but root is refused, never run.")
-    timeout: float = setting(10.0, kind="seconds", max=55,
-                             doc="Deadline of each site check (one may declare a shorter one); "
-                             "killed, and remembered if stuck, past it.")
-    on_hang: str = setting("fail", kind="enum", choices=("fail", "warn"),
-                           doc="A site check that does not end by its deadline: a resumable drain "
-                           "(fail) or a warning.")
-    entry_points: bool = setting(True, kind="bool",
-                                 doc="Also run Python checks other packages register in the entry-point "
-                                 "group slurm_hooks.checks.")
 
 
 @dataclass
@@ -471,14 +286,6 @@ class Config:
         doc="Directory of node_exporter's textfile collector; the health check writes "
         "slurm_hooks_NODE.prom there (atomically). Written only if the directory exists, "
         "belongs to root and is not writable by others. null: off.")
-    filesystems: list = setting([], kind="list", item=FilesystemConfig, unique="path",
-                                doc="Paths to probe. Empty: /tmp and /dev/shm (write) plus, "
-                                "with discover_network_mounts, every network mount (read).")
-    filesystem_defaults: FilesystemDefaults = setting(kind="section", cls=FilesystemDefaults,
-                                                      doc="Defaults for every filesystems entry.")
-    stuck_tasks: StuckTasksConfig = setting(kind="section", cls=StuckTasksConfig,
-                                            doc="Tasks stuck in uninterruptible sleep.")
-    gpu: GpuConfig = setting(kind="section", cls=GpuConfig, doc="NVIDIA GPUs, through NVML.")
     prolog: HookConfig = setting(kind="section", cls=HookConfig, doc="The prolog (slurm-hooks-prolog).")
     epilog: HookConfig = setting(kind="section", cls=HookConfig, doc="The epilog (slurm-hooks-epilog).")
     policy: PolicyConfig = setting(kind="section", cls=PolicyConfig,
@@ -490,11 +297,6 @@ class Config:
                                        doc="`slurm-hooks diagnose` and the job-wide picture taken "
                                        "before a requeue.")
     host: HostConfig = setting(kind="section", cls=HostConfig, doc="Where the host's kernel interfaces are.")
-    fabric: FabricConfig = setting(kind="section", cls=FabricConfig,
-                                   doc="InfiniBand and RoCE ports (the fabric check).")
-    site_checks: SiteChecksConfig = setting(kind="section", cls=SiteChecksConfig,
-                                            doc="The site's own checks: drop-in executables and "
-                                            "Python entry points.")
     beside: BesideConfig = setting(kind="section", cls=BesideConfig,
                                    doc="Another health check (NHC) run beside slurm-hooks.")
     node_groups: list = setting([], kind="groups",
@@ -508,6 +310,32 @@ class Config:
     # Why the validated configuration could not be cached (core/errors.py: our own local
     # failure, reported by the run), else "".
     cache_error: str = field(default="", metadata={"internal": True})
+    # The checks' sections (Sections), and those read from the cache not yet built.
+    sections: Any = field(default=None, metadata={"internal": True})
+    raw: dict = field(default_factory=dict, metadata={"internal": True})
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when every setting is, the checks' sections included (built if need be).
+        if not isinstance(other, Config):
+            return NotImplemented
+        return as_dict(self) == as_dict(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    if not TYPE_CHECKING:
+        def __getattr__(self, name: str):
+            # Only names not yet set get here: a check's section, built (from the cache's
+            # data, else its defaults) the first time it is read.
+            spec = None
+            d = self.__dict__
+            if not name.startswith("__") and d.get("sections") is not None:
+                spec = d["sections"].field(name)
+            if spec is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            raw = d["raw"].pop(name, MISSING)
+            value = _default(spec) if raw is MISSING else _value_from(spec, raw)
+            d[name] = value
+            return value
 
 
 def config_path(explicit: str | None) -> str | None:
@@ -536,34 +364,37 @@ def journal_of(path: str | None) -> str:
     return value if isinstance(value, str) and value.startswith("/") else default
 
 
-def load(path: str | None, cache_dir: str | None = CACHE_DIR, mount_kind=None) -> Config:
+def load(path: str | None, cache_dir: str | None = CACHE_DIR, mount_kind=None,
+         sections: Sections | None = None) -> Config:
     """`mount_kind(path) -> fstype | None`: the filesystem type mounted at a path now
     (host.mounts.fstype_at, handed in by the entry points), so a recovery method that
-    cannot work on it is refused at load; None: that one check is left out."""
+    cannot work on it is refused at load; None: that one check is left out. `sections`:
+    the checks' sections (None: none, and their keys are unknown settings)."""
     if path is None:
-        return Config()
+        return Config(sections=sections)
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
-            key = _cache_key(path, st) + [_this_node_hint()]
-            cached = _cache_get(cache_dir, path, key)
+            key = _cache_key(path, st, sections) + [_this_node_hint()]
+            cached = _cache_get(cache_dir, path, key, sections)
             if cached is not None:
                 return cached
             text = f.read()
     except OSError as e:
         raise ConfigError([f"{path}: cannot read: {e.strerror}"]) from None
-    cfg = loads(text, path, mount_kind=mount_kind)
+    cfg = loads(text, path, mount_kind=mount_kind, sections=sections)
     cfg.source = path
     _cache_put(cache_dir, path, key, cfg)
     return cfg
 
 
-def _cache_key(path: str, st) -> list:
+def _cache_key(path: str, st, sections: Sections | None) -> list:
     from .. import __version__
-    # This module's own identity too: a new schema must not be served an old entry.
+    # This module's own identity and the declaring modules' too: a new schema must not
+    # be served an old entry.
     me = os.stat(__file__)
-    return [__version__, me.st_mtime_ns, me.st_size, os.path.abspath(path), st.st_dev, st.st_ino,
-            st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return [__version__, me.st_mtime_ns, me.st_size, sections.identity() if sections else None,
+            os.path.abspath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _cache_file(cache_dir: str, path: str) -> str:
@@ -571,7 +402,7 @@ def _cache_file(cache_dir: str, path: str) -> str:
     return os.path.join(cache_dir, "config" + os.path.abspath(path).replace("/", "%")[-200:] + ".json")
 
 
-def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
+def _cache_get(cache_dir: str | None, path: str, key: list, sections: Sections | None) -> Config | None:
     if not cache_dir:
         return None
     from . import jsonio
@@ -580,8 +411,12 @@ def _cache_get(cache_dir: str | None, path: str, key: list) -> Config | None:
             entry = jsonio.loads(f.read())
         if entry.get("key") != key:
             return None
-        cfg = _from_dict(Config, entry["config"])
+        data = entry["config"]
+        cfg = _from_dict(Config, data)
         cfg.source = path
+        cfg.sections = sections
+        # The checks' sections are built when read (Config.__getattr__).
+        cfg.raw = {k: v for k, v in data.items() if k not in _BASE}
         return cfg
     except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None   # no cache, a stale one, or a foreign file: read the YAML
@@ -591,14 +426,13 @@ def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None
     if not cache_dir:
         return
     from . import jsonio
-    from .records import asdict
     target = _cache_file(cache_dir, path)
     tmp = f"{target}.{os.getpid()}.tmp"
     try:
         os.makedirs(cache_dir, mode=0o700, exist_ok=True)
         _prune(cache_dir)
         with open(tmp, "w") as f:
-            f.write(jsonio.dumps({"key": key, "config": asdict(cfg)}))
+            f.write(jsonio.dumps({"key": key, "config": as_dict(cfg)}))
         os.replace(tmp, target)
     except OSError as e:
         cfg.cache_error = f"configuration cache {cache_dir}: {e.strerror or e}"
@@ -623,20 +457,50 @@ def _prune(cache_dir: str, max_age: float = 7 * 86400) -> None:
 
 
 def _from_dict(cls, data: dict):
-    """Rebuild a validated configuration from its asdict() form (the cache)."""
+    """Rebuild a validated configuration from its as_dict() form (the cache)."""
     values = {}
     for f in fields(cls):
-        if f.name not in data:
+        if f.name not in data or f.metadata.get("internal") and f.name not in ("source", "cache_error"):
             continue
-        v, kind = data[f.name], f.metadata.get("kind")
-        if kind == "section":
-            v = _from_dict(f.metadata["cls"], v)
-        elif kind == "list":
-            v = [_from_dict(f.metadata["item"], item) for item in v]
-        elif kind == "map" and f.metadata.get("key_kind") == "int":
-            v = {int(k): x for k, x in v.items()}   # JSON turned the keys into strings
-        values[f.name] = v
+        values[f.name] = _value_from(f, data[f.name])
     return cls(**values)
+
+
+def _value_from(f, v):
+    kind = f.metadata.get("kind")
+    if kind == "section":
+        return _from_dict(f.metadata["cls"], v)
+    if kind == "list":
+        return [_from_dict(f.metadata["item"], item) for item in v]
+    if kind == "map" and f.metadata.get("key_kind") == "int":
+        return {int(k): x for k, x in v.items()}   # JSON turned the keys into strings
+    return v
+
+
+def _default(f):
+    return f.default_factory() if f.default is MISSING else f.default
+
+
+_BASE = {f.name for f in fields(Config)}
+
+
+def as_dict(cfg: Config) -> dict:
+    """Every setting's value, the checks' sections included, as plain data (the cache,
+    `config show`)."""
+    out = {f.name: _plain(getattr(cfg, f.name)) for f in fields(Config) if f.name not in ("sections", "raw")}
+    if cfg.sections is not None:
+        for key in cfg.sections.all():
+            out[key] = _plain(getattr(cfg, key))
+    return out
+
+
+def _plain(v):
+    from .records import asdict
+    if hasattr(type(v), "__record_fields__"):
+        return asdict(v)
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    return v
 
 
 def _this_node_hint() -> str:
@@ -644,9 +508,10 @@ def _this_node_hint() -> str:
     return os.environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".", 1)[0]
 
 
-def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mount_kind=None) -> Config:
+def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mount_kind=None,
+          sections: Sections | None = None) -> Config:
     """Parse and validate; `node` (default: $SLURMD_NODENAME, else the file's node_name,
-    else the short hostname) picks the node_groups that apply."""
+    else the short hostname) picks the node_groups that apply; `sections` as for load()."""
     import yaml
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
@@ -656,29 +521,29 @@ def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mo
         where = f"{path}:{mark.line + 1}" if mark else path
         problem = getattr(e, "problem", None) or str(e)
         raise ConfigError([f"{where}: not valid YAML: {problem}"]) from None
-    v = _Validator(path, yaml, mount_kind=mount_kind)
+    v = _Validator(path, yaml, mount_kind=mount_kind, sections=sections)
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
-        return Config()
+        return Config(sections=sections)
     groups = v.node_groups(_pop_key(root, "node_groups", yaml))
     cfg = v.section(root, Config, "")
     problems = list(v.problems)
     # Each group is checked merged over the base, whichever node reads the file: a
     # mistake in the group of other nodes is still a mistake.
     for _hosts, settings, _text, i in groups:
-        vg = _Validator(path, yaml, group=i, mount_kind=mount_kind)
+        vg = _Validator(path, yaml, group=i, mount_kind=mount_kind, sections=sections)
         vg.section(_merge_nodes(root, settings, yaml), Config, "")
         problems += [p for p in vg.problems if p not in problems]
     if problems:
         raise ConfigError(problems)
     if cfg is None:
-        return Config()
+        return Config(sections=sections)
     name = node or os.environ.get("SLURMD_NODENAME") or cfg.node_name or os.uname().nodename.split(".", 1)[0]
     applied = [i for i, g in enumerate(groups) if name in g[0]]
     if applied:
         merged = root
         for i in applied:
             merged = _merge_nodes(merged, groups[i][1], yaml)
-        cfg = _Validator(path, yaml, mount_kind=mount_kind).section(merged, Config, "")
+        cfg = _Validator(path, yaml, mount_kind=mount_kind, sections=sections).section(merged, Config, "")
     cfg.node_groups = [groups[i][2] for i in applied] if applied else []
     return cfg
 
@@ -713,8 +578,14 @@ _FALSE = {"false", "no", "off"}
 
 
 class _Validator:
-    def __init__(self, path: str, yaml, group: int | None = None, mount_kind=None):
+    """Walks the node tree. A section class may add checks that span several of its
+    settings: `validate(self, v, node, prefix)`, given this validator (`fail`, `key_node`,
+    `value_node`, `item_node`, `mount_kind`)."""
+
+    def __init__(self, path: str, yaml, group: int | None = None, mount_kind=None,
+                 sections: Sections | None = None):
         self.mount_kind = mount_kind
+        self.sections = sections
         self.path = path
         self.yaml = yaml
         self.group = group          # checking node_groups[group] laid over the base
@@ -780,6 +651,10 @@ class _Validator:
             self.fail(node, prefix, f"must be a mapping of settings, got {_describe(node, yaml)}")
             return cls() if _constructible(cls) else None
         specs = {f.name: f for f in fields(cls) if not f.metadata.get("internal")}
+        extra: dict = {}
+        if cls is Config and self.sections is not None:
+            extra = self.sections.all()
+            specs.update(extra)
         values, given = {}, set()
         for knode, vnode in node.value:
             key = knode.value
@@ -803,11 +678,28 @@ class _Validator:
             self.fail(node, f"{prefix}.{name}" if prefix else name, "required setting is missing")
         if missing or len(values) != len(given):
             return None
-        obj = cls(**values)
+        obj = cls(**{k: v for k, v in values.items() if k not in extra})
+        if extra:
+            obj.sections = self.sections
+            for key, spec in extra.items():
+                setattr(obj, key, values[key] if key in values else _default(spec))
         check = getattr(self, "check_" + cls.__name__, None)
         if check:
             check(obj, node, prefix)
+        own = getattr(obj, "validate", None)
+        if own is not None:
+            own(self, node, prefix)
         return obj
+
+    # For the sections' own validate(): the node of a key, of its value, of a list's item.
+    def key_node(self, node, key):
+        return _child(node, key)
+
+    def value_node(self, node, key):
+        return _child_value(node, key)
+
+    def item_node(self, node, i):
+        return _item(node, i)
 
     def value(self, node, meta, key):
         yaml, kind = self.yaml, meta["kind"]
@@ -882,6 +774,14 @@ class _Validator:
                 self.fail(node, key, "must be a single line")
                 return False, None
             return True, raw
+        if kind == "switch":
+            low = raw.lower()
+            if low in ("auto", "true", "false"):
+                return True, low
+            if not quoted and low in _TRUE | _FALSE:
+                return True, "true" if low in _TRUE else "false"
+            self.fail(node, key, f"must be auto, true or false, got {raw!r}")
+            return False, None
         if kind == "bool":
             low = raw.lower()
             if not quoted and low in _TRUE:
@@ -928,38 +828,6 @@ class _Validator:
             self.fail(_child(node, "command"), f"{prefix}.command",
                       f"the program must be an absolute path (HealthCheckProgram has no PATH), got {b.command[0]!r}")
 
-    def check_FabricConfig(self, fab: FabricConfig, node, prefix: str) -> None:
-        for i, port in enumerate(fab.ports):
-            dev, _, num = port.partition("/")
-            if not dev or "/" in num or not num.isdigit() or dev in (".", ".."):
-                self.fail(_item(_child_value(node, "ports"), i), f"{prefix}.ports[{i}]",
-                          f"must be DEVICE/PORT as in /sys/class/infiniband (mlx5_0/1), got {port!r}")
-        for name in fab.error_warn:
-            if name not in FABRIC_ERROR_WARN:
-                self.fail(_child(_child_value(node, "error_warn"), name), f"{prefix}.error_warn.{name}",
-                          f"not an error counter; known: {', '.join(sorted(FABRIC_ERROR_WARN))}")
-        # Counters not named keep their default threshold.
-        fab.error_warn = {**FABRIC_ERROR_WARN, **fab.error_warn}
-
-    def check_FilesystemConfig(self, fs: FilesystemConfig, node, prefix: str) -> None:
-        if fs.timeout is not None and fs.warn_after is not None and fs.warn_after >= fs.timeout:
-            self.fail(_child(node, "warn_after"), f"{prefix}.warn_after",
-                      f"must be below timeout ({fs.timeout:g}s), got {fs.warn_after:g}")
-        r = fs.recover
-        where = _child(_child_value(node, "recover"), "method")
-        if r.method == "command" and not r.command:
-            self.fail(where, f"{prefix}.recover.command", "method command needs the command (an argv list)")
-        for key, argv in (("command", r.command), ("remount", r.remount)):
-            if argv and not argv[0].startswith("/"):
-                self.fail(_child(_child_value(node, "recover"), key), f"{prefix}.recover.{key}",
-                          f"the program must be an absolute path (HealthCheckProgram has no PATH), got {argv[0]!r}")
-        if r.method in ("fuse-abort", "nfs-force-unmount"):
-            kind = fs.fstype or (self.mount_kind(fs.mountpoint or fs.path) if self.mount_kind else None)
-            want = "fuse" if r.method == "fuse-abort" else "nfs"
-            if kind is not None and not kind.startswith(want):
-                self.fail(where, f"{prefix}.recover.method",
-                          f"{r.method} needs a{' FUSE' if want == 'fuse' else 'n NFS'} mount, but {fs.path} "
-                          f"is on {kind}")
 
 
 def _child(node, key):
@@ -1001,24 +869,15 @@ def _close_match(key: str, known) -> str | None:
 
 
 # --- effective values ------------------------------------------------------------------
-def fs_timeout(cfg: Config, fs: FilesystemConfig) -> float:
-    return fs.timeout if fs.timeout is not None else cfg.filesystem_defaults.timeout
-
-
-def fs_warn_after(cfg: Config, fs: FilesystemConfig) -> float:
-    return fs.warn_after if fs.warn_after is not None else cfg.filesystem_defaults.warn_after
-
-
-def fs_payload(cfg: Config, fs: FilesystemConfig) -> int:
-    return fs.payload_bytes if fs.payload_bytes is not None else cfg.filesystem_defaults.payload_bytes
-
-
-def iter_settings(cls=Config, prefix=""):
-    """(dotted key, field) for every setting, for documentation and its test."""
-    for f in fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        key = f"{prefix}.{f.name}" if prefix else f.name
+def iter_settings(cls=Config, prefix="", sections: Sections | None = None):
+    """(dotted key, field) for every setting, for documentation and its test; at the
+    top, the checks' sections (`sections`) come before node_groups."""
+    top = [(f.name, f) for f in fields(cls) if not f.metadata.get("internal")]
+    if sections is not None:
+        at = next((i for i, (name, _) in enumerate(top) if name == "node_groups"), len(top))
+        top[at:at] = list(sections.all().items())
+    for name, f in top:
+        key = f"{prefix}.{name}" if prefix else name
         yield key, f
         if f.metadata.get("kind") == "section":
             yield from iter_settings(f.metadata["cls"], key)

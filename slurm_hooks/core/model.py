@@ -23,6 +23,11 @@ WARN = "warn"        # worth reporting, not worth taking the node away from user
 FAIL = "fail"        # the node is sick: drain it
 SEVERITY_ORDER = {OK: 0, WARN: 1, FAIL: 2}
 
+# What a check's findings are, for the decisions that concern a kind of finding rather
+# than a check (a check's class declares them in `roles`; checks.has_role asks):
+MOUNT_PROBE = "mount_probe"   # target is a probed path; recovering its mount can heal it
+STUCK_TASK = "stuck_task"     # a task stuck in D: evidence pid, start_ticks, mountpoint
+
 
 def worst(severities) -> str:
     result = OK

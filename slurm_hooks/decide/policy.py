@@ -23,7 +23,8 @@ diagnosed task: Slurm must agree it is the job's user before anything is done.
 """
 from __future__ import annotations
 
-from ..core.model import FAIL, Action, Finding
+from ..checks import has_role
+from ..core.model import FAIL, MOUNT_PROBE, STUCK_TASK, Action, Finding
 from ..core.reason import cause_text, make_reason, one_line, with_note
 
 COMMENT_LIMIT = 1000
@@ -212,7 +213,7 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
     node = _node_of(actions)
     for f in findings:
         point = next((p for p, r in recoverable.items() if r.probe == f.target), "")
-        if f.check != "filesystem" or f.severity != FAIL or not point:
+        if f.severity != FAIL or not point or not has_role(f.check, MOUNT_PROBE):
             continue
         before = ledger.get(f"recover:{node}:{point}")
         if isinstance(before, dict) and not before.get("recovered"):
@@ -225,8 +226,8 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
             continue
         if (f.status in ("hung", "still_hung") and int(counts.get(f"{f.check}:{f.target}", 0)) >= 2
                 and before is None and not any(x.kind == "recover" for x in out)):
-            on_it = [g for g in findings if g.check in ("stuck_tasks", "leftovers") and g.severity == FAIL
-                     and g.evidence.get("mountpoint") == point and isinstance(g.evidence.get("pid"), int)]
+            on_it = [g for g in findings if g.severity == FAIL and g.evidence.get("mountpoint") == point
+                     and isinstance(g.evidence.get("pid"), int) and has_role(g.check, STUCK_TASK)]
             out.append(Action("recover", node=node, reason=f.reason_text, incident=point,
                               recovery=Recovery(**{**_fields(recoverable[point]),
                                                    "tasks": [[g.evidence["pid"], int(g.evidence.get("start_ticks") or 0)]

@@ -19,7 +19,7 @@ from ..core.state import state_dir
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import Config
+    from ..checks._config import Config
 
 def run_locked(cfg: Config, hook: str, lock_timeout: float, **kw) -> RunRecord:
     """run() under the hook's lock on this node. Raises lock.Busy when another run

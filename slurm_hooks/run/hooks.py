@@ -40,7 +40,7 @@ from . import engine
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import Config
+    from ..checks._config import Config
 
 
 def run_hook(cfg: Config, hook: str, dry_run: bool = False, as_json: bool = False) -> int:
@@ -132,13 +132,14 @@ def config_error(hook: str, error, path: str | None = None) -> int:
     """A hook that cannot read its configuration checks nothing and fails nothing: said
     on stderr (slurmd logs it), in syslog and in the default journal. Exit status 0 for
     the prolog and epilog (no job held up); the health check's caller returns 2."""
-    from ..core.config import Config, journal_of
+    from ..checks._config import default_config
+    from ..core.config import journal_of
     from ..sinks import journal
     from ..sinks.record import report_local
     from ..sinks.syslog import ERR, send
     consequence = behaviour(hook).on_config_error
     print(f"slurm-hooks {hook}: configuration error, {consequence}:\n{error}", file=sys.stderr)
-    defaults = Config()
+    defaults = default_config()
     send([(ERR, f"{hook}: configuration error, {consequence}: {error}")], defaults.syslog_socket,
          defaults.syslog_facility)
     err = journal.append(journal_of(path), {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "hook": hook,

@@ -49,16 +49,28 @@ _TAIL = {
 }
 
 
-def _all_series() -> dict[str, tuple[str, str]]:
-    from ..checks import check_class, names
-    out = dict(_HEAD)
-    for name in names():
-        out.update(check_class(name).series)
-    out.update(_TAIL)
-    return out
+_help: dict[str, tuple[str, str]] | None = None
 
 
-HELP = _all_series()
+def help_table() -> dict[str, tuple[str, str]]:
+    """Every series: name -> (type, help), the checks' own included. Built when the
+    metrics are written, not when this module is imported: that imports every check,
+    which a prolog that writes no metrics has no use for."""
+    global _help
+    if _help is None:
+        from ..checks import check_class, names
+        out = dict(_HEAD)
+        for name in names():
+            out.update(check_class(name).series)
+        out.update(_TAIL)
+        _help = out
+    return _help
+
+
+def __getattr__(name: str):
+    if name == "HELP":
+        return help_table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def escape(value) -> str:
@@ -72,7 +84,8 @@ def _labels(labels: dict) -> str:
 def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None,
            recoveries: dict | None = None) -> str:
     node, hook = record.node, record.hook
-    samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in HELP}
+    table = help_table()
+    samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in table}
 
     def add(name, value, **labels):
         samples[name].append(({"node": node, **labels}, value))
@@ -99,7 +112,7 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
         add("slurm_hooks_recoveries_total", n, mount=mount, outcome=outcome)
 
     out = []
-    for name, (kind, text) in HELP.items():
+    for name, (kind, text) in table.items():
         if not samples[name]:
             continue
         out.append(f"# HELP {name} {text}")

@@ -10,7 +10,7 @@ from ..core.state import state_dir
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import Config
+    from ..checks._config import Config
     from ..core.state import StateStore
 
 STATE = ("metrics",)        # the counters and last success the textfile carries across runs

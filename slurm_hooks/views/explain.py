@@ -126,9 +126,10 @@ def _diagnosis(run: dict) -> list[str]:
             if f.get("detail"):
                 out.append(f"      {f['detail']}")
             ev = f.get("evidence", {})
-            gpu = ev.get("gpu") if isinstance(ev.get("gpu"), dict) else {}
+            # A check may group evidence in a mapping (the GPU check: the GPU's own).
+            nested = [v for v in ev.values() if isinstance(v, dict)]
             for key in _explain_keys(f.get("check")):
-                value = ev.get(key, gpu.get(key))
+                value = ev.get(key, next((n[key] for n in nested if key in n), None))
                 if value not in (None, "", [], {}):
                     if isinstance(value, list) and key == "stack":
                         value = " < ".join(value[:6])

@@ -11,19 +11,19 @@ never drains and never touches the job:
   window if longer, between two runs: nobody looked in between);
 - until it has lasted `gpu.idle.window` seconds it is reported as pending (severity ok),
   after that as a warning;
-- tied to a task of the same process stuck in D, decide/correlate.py makes it one diagnosis
+- tied to a task of the same process stuck in D, correlate() below makes it one diagnosis
   with the stuck task, at once, and that one fails: the stuck task is the fault.
 """
 from __future__ import annotations
 
 import time
 
-from ..core.model import OK, WARN, Finding
+from ..core.model import FAIL, OK, WARN, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import GpuIdleConfig
     from . import Context
+    from ._gpu_config import GpuIdleConfig
 
 NAME = "gpu"
 GAP = 600.0
@@ -68,4 +68,38 @@ def idle_findings(ctx: Context, idle_cfg: GpuIdleConfig, gpus: list[dict], jobs:
                 incident=f"gpu-idle:{key}:{job}"))
     if seen_now or history:
         ctx.state.save("gpu-idle", seen_now)
+    return out
+
+
+# The stuck-task check's finding that can explain an idle GPU: its process stuck in D.
+STUCK_CHECK, STUCK_STATUS = "stuck_tasks", "stuck"
+
+
+def correlate(findings: list[Finding]) -> list[Finding]:
+    """The incident's signature, joined: seven GPUs of a job at 100 % (NCCL spinning in
+    a barrier), one at 0 %, and that GPU's process stuck in D in write() on a frozen
+    filesystem. Reported apart, they point an admin at the GPU; joined, they say the GPU
+    idles because its process is blocked in the kernel. An idle GPU alone is never a
+    failure; tied to a stuck task of its processes it becomes part of that task's
+    finding, which fails at once, whatever the idle GPU's own window says."""
+    for f in findings:
+        if f.check == NAME and f.status == "idle_while_busy" and f.severity == FAIL:
+            f.severity = WARN               # never a failure by itself
+    stuck_by_pid = {f.evidence.get("pid"): f for f in findings
+                    if f.check == STUCK_CHECK and f.status == STUCK_STATUS}
+    if not stuck_by_pid:
+        return findings
+    out = []
+    for f in findings:
+        if f.check == NAME and f.status == "idle_while_busy":
+            stuck = next((stuck_by_pid[p] for p in f.evidence.get("pids", []) if p in stuck_by_pid), None)
+            if stuck is not None:
+                busy = len(f.evidence.get("busy", []))
+                stuck.summary += (f"; {f.target} idles because of it while {busy} other GPU(s) of "
+                                  f"job {f.job} are busy (the GPU is not the fault)")
+                stuck.evidence["idle_gpu"] = f.evidence.get("gpu")
+                stuck.evidence["idle_seconds"] = f.evidence.get("seconds")
+                stuck.severity = FAIL
+                continue                    # the GPU finding is now part of the stuck one
+        out.append(f)
     return out

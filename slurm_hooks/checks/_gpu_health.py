@@ -28,7 +28,7 @@ from ..core.model import FAIL, WARN, Finding
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import GpuConfig
+    from ._gpu_config import GpuConfig
 
 NAME = "gpu"
 # NVML errors after which the GPU cannot run its job: it is as good as lost.

@@ -98,6 +98,8 @@ class PluginCheck:
     impl: Any = None
     error = ""
     hooks: tuple[str, ...] = DEFAULT_HOOKS
+    order = 1000               # after every built-in check
+    roles: tuple[str, ...] = ()  # decisions never single a plugin's findings out
     state: tuple[str, ...] = ()
     series: dict[str, tuple[str, str]] = {}
     explain_keys: tuple[str, ...] = ()
@@ -123,7 +125,8 @@ class PluginCheck:
 
     def tasks(self, ctx) -> list:
         run = ctx.behaviour
-        if not ctx.config.site_checks.entry_points or (run.site_hook not in self.hooks and not run.looks_only):
+        if not getattr(ctx.config, "site_checks").entry_points or (run.site_hook not in self.hooks
+                                                                   and not run.looks_only):
             self._skip = True
             return []
         if self.impl is None:

@@ -16,8 +16,8 @@ from ..host import xid as xidmod
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import GpuConfig
     from . import Context
+    from ._gpu_config import GpuConfig
 
 NAME = "gpu"
 NVIDIA_VENDOR = "0x10de"

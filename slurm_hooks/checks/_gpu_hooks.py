@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from ..core.model import FAIL, OK, WARN, Finding
 from ..host import xid as xidmod
-from .gpu_health import health
+from ._gpu_health import health
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
-    from ..core.config import GpuConfig
     from . import Context
+    from ._gpu_config import GpuConfig
 
 NAME = "gpu"
 
