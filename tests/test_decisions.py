@@ -8,6 +8,7 @@ import pytest
 
 from slurm_hooks.act.actions import execute
 from slurm_hooks.act.actuation import take_actions
+from slurm_hooks.checks._config import default_config
 from slurm_hooks.core.config import ActionsConfig, Config
 from slurm_hooks.core.model import FAIL, OK, Action, Finding
 from slurm_hooks.core.outcomes import Code, Outcome
@@ -216,7 +217,7 @@ def test_unreachable_and_out_of_time_are_retried_by_a_later_run():
 
 # --- actuation (act/actuation.py) ---------------------------------------------------------------
 def config(tmp_path, **policy_cfg) -> Config:
-    cfg = Config(state_dir=str(tmp_path / "state"))
+    cfg = default_config(state_dir=str(tmp_path / "state"))
     for k, v in policy_cfg.items():
         setattr(cfg.policy, k, v)
     return cfg

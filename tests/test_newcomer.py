@@ -138,7 +138,7 @@ def test_the_quick_start_as_written_ends_in_a_report_only_run_that_changes_nothi
                        capture_output=True, text=True, timeout=90)
     assert r.returncode == 1, r.stdout + r.stderr          # unhealthy, and said so
     assert "report only" in r.stdout.splitlines()[0], r.stdout
-    assert "not done (report only): drain node q1: slurm-hooks: site newcomer" in r.stdout, r.stdout
+    assert "not done (report only): drain node q1: site newcomer" in r.stdout, r.stdout
     assert {n: node_state(cluster, n) for n in cluster.nodes} == before, "a report-only run changed Slurm"
     assert cluster.scontrol("show", "node", "q1").stdout.count("Reason=") == 0
 
@@ -151,10 +151,10 @@ def test_the_quick_start_as_written_ends_in_a_report_only_run_that_changes_nothi
     r = subprocess.run(["slurm-hooks", "explain", "--node", "q1"], env=env, capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0, r.stderr
-    assert "not done: drain node q1: slurm-hooks: site newcomer" in r.stdout, r.stdout
+    assert "not done: drain node q1: site newcomer" in r.stdout, r.stdout
 
     # Undo: the README's loop resumes the nodes drained with our prefix, and no other.
-    cluster.scontrol("update", "nodename=q1", "state=drain", "reason=slurm-hooks: fs /scratch hung")
+    cluster.scontrol("update", "nodename=q1", "state=drain", "reason=fs /scratch hung >10s (write, nfs4) [slurm-hooks]")
     cluster.scontrol("update", "nodename=q2", "state=drain", "reason=disk swap, ticket 42")
     loop = next(c for _, body, _ in blocks(section("Undo", readme)) for c in shell_lines(body)
                 if c.startswith("sinfo"))

@@ -77,12 +77,12 @@ def test_prometheus_textfile_parses_with_the_official_client(node, tmp_path, hun
 
 
 def test_journal_has_run_and_action_lines_and_rotates(node, tmp_path, hung_mount):
-    node.configure([{"path": str(hung_mount.path)}], journal_max_bytes=4096, journal_keep=3)
+    node.configure([{"path": str(hung_mount.path)}], journal_max_bytes=8192, journal_keep=3)
     for _ in range(6):
         node.run("healthcheck")
     files = sorted(p.name for p in node.log.parent.iterdir())
     assert files == ["journal.jsonl", "journal.jsonl.1", "journal.jsonl.2", "journal.jsonl.3", "journal.jsonl.lock"]
-    assert all(p.stat().st_size <= 4096 for p in node.log.parent.iterdir())
+    assert all(p.stat().st_size <= 8192 for p in node.log.parent.iterdir())
     records = journal.read(str(node.log))
     events = [r["event"] for r in records]
     assert "run" in events and "action" in events
