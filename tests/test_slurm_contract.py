@@ -351,7 +351,7 @@ def test_reboot(sides, tmp_path):
     runs, the reason ours; refused without a RebootProgram."""
     real, fake = sides
     fake.slurm.reboot_program = False
-    assert [s.tried(s.slurm.reboot, "n3", f"{P} x") for s in sides] == ["SlurmError", "SlurmError"]
+    assert [s.tried(s.slurm.reboot, "n3", f"{P} x") for s in sides] == ["SlurmError:no_reboot_program"] * 2
     prog = tmp_path / "reboot-program"
     prog.write_text("#!/bin/sh\nexit 0\n")
     prog.chmod(0o755)
