@@ -66,7 +66,7 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")), 60,
                      what="n2 drained by the epilog with the precise reason")
     reason = cluster.show_node("n2")["Reason"]
-    assert ours(reason, f"job {job} left pid "), reason
+    assert ours(reason, f"job {job} left stuck in "), reason
     assert f"stuck in openat() on {stuck_mount.path}/main_log.txt (fuse.fusefs)" in reason
     # No other job lands there.
     nxt = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
@@ -89,7 +89,7 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         cluster.scontrol("update", "nodename=n2", "state=drain", "reason=admin: bad DIMM")
         cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval=2\nHealthCheckNodeState=ANY\n")
         cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1"), "fs ")
-                         and ours(cluster.show_node("n3").get("Reason", ""), "pid "),
+                         and ours(cluster.show_node("n3").get("Reason", ""), "stuck in "),
                          20, what="n1 and n3 drained by slurm-hooks")
         hung_mount.close()              # the filesystem comes back (the stuck writer dies)
         stuck.wait(timeout=10)
@@ -100,7 +100,7 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         assert resumed[-1]["outcome"] == "done"
         runs = len(journal(tmp_path, "n3"))
         cluster.wait_for(lambda: len(journal(tmp_path, "n3")) >= runs + 3, 20, what="three more runs on n3")
-        assert ours(cluster.show_node("n3")["Reason"], "pid "), "needs a reboot: left drained"
+        assert ours(cluster.show_node("n3")["Reason"], "stuck in "), "needs a reboot: left drained"
         assert cluster.show_node("n2")["Reason"].startswith("admin: bad DIMM"), "an admin's drain is left alone"
         assert all(r["status"] == "healthy" for r in journal(tmp_path, "n3")[-2:])
     finally:
@@ -132,7 +132,7 @@ def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_
     healthcheck(cluster, tmp_path, "n1", **cfg)
     info = cluster.show_job(job)
     assert info["Restarts"] == "1" and info["AdminComment"].count("slurm-hooks: node n1:") == 1
-    assert ours(cluster.show_node("n1")["Reason"], f"job {job} pid ")
+    assert ours(cluster.show_node("n1")["Reason"], f"job {job} stuck in ")
 
 
 def test_drain_storm_breaker(clean_cluster, hung_mount, tmp_path):
@@ -294,7 +294,7 @@ def test_hostile_names_stay_one_clean_line(clean_cluster, hung_mount, tmp_path):
     assert f["evidence"]["file"].startswith(f"{hung_mount.path}/run")
     reason = cluster.show_node("n3")["Reason"]
     plain = reason.split(" [root@")[0]
-    assert ours(plain, f"job {job} pid ") and len(plain.encode()) <= 255
+    assert ours(plain, f"job {job} stuck in ") and len(plain.encode()) <= 255
     assert not any(c in plain for c in "\n\r\t'\"`") and "\x1b" not in plain
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith("ops: keep")       # the admin's words are kept

@@ -108,5 +108,5 @@ def test_all_actions_of_a_run_share_one_deadline(clean_cluster, hung_mount, tmp_
     rec, _ = healthcheck(cluster, tmp_path, "n1", **cfg)
     assert {a["kind"] for a in rec["actions"] if a["outcome"] == "done"} >= {a["kind"] for a in left}
     cluster.wait_for(lambda: cluster.show_job(job)["Restarts"] == "1", 10, what="the job requeued once")
-    assert ours(cluster.show_node("n1")["Reason"], f"job {job} pid ")
+    assert ours(cluster.show_node("n1")["Reason"], f"job {job} stuck in ")
     assert cluster.show_job(job)["AdminComment"].count("slurm-hooks: node n1:") == 1

@@ -108,7 +108,7 @@ def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cl
         return next((a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "reboot"), None)
     asked = cluster.wait_for(reboot_asked, GRACE + 5 * INTERVAL + 10, what="a reboot asked for")
     assert asked["outcome"] == "done", asked
-    assert ours(asked["reason"], f"job {job} pid ")
+    assert ours(asked["reason"], f"job {job} stuck in ")
     info = cluster.show_node("n3")
     assert info["NextState"] == "DOWN" and "REBOOT" in info["State"], info
     cluster.wait_for(marker.exists, 60, what="RebootProgram run by slurmd")
@@ -214,7 +214,7 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")),
                      GRACE + 3 * INTERVAL + 10, what="the precise reason in place of Kill task failed")
     reason = cluster.show_node("n2")["Reason"]
-    assert ours(reason, f"job {job} pid ") and f"on {stuck_mount.path}/main_log.txt" in reason
+    assert ours(reason, f"job {job} stuck in ") and f"on {stuck_mount.path}/main_log.txt" in reason
     assert cluster.job_state(job) in ("CANCELLED", "COMPLETING")
     # Slurm shows the reason a moment before the run that set it has written its journal line.
     drains = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n2") for a in r["actions"]

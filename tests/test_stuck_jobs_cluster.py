@@ -66,7 +66,7 @@ def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
                      what="n1 drained")
     took = time.monotonic() - t0
     reason = cluster.show_node("n1")["Reason"]
-    assert ours(reason, f"job {job} pid "), reason
+    assert ours(reason, f"job {job} stuck in "), reason
     assert f"stuck in openat() on {hung_mount.path}/main_log.txt (fuse.fusefs)" in reason
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
     comment = cluster.show_job(job)["AdminComment"]
@@ -110,7 +110,7 @@ def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_clu
     enable_healthcheck(cluster, tmp_path)
 
     cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2"), GRACE + 2 * INTERVAL + 5, what="n2 drained")
-    assert f"job {job} pid " in cluster.show_node("n2")["Reason"]
+    assert f"job {job} stuck in " in cluster.show_node("n2")["Reason"]
     assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in cluster.show_node("n2")["Reason"]
     # Let several more health checks run on the same stuck task.
     cluster.wait_for(lambda: len([r for r in journal(tmp_path, "n2") if r["status"] == "unhealthy"]) >= 3,
@@ -185,7 +185,7 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     reboot_action = next(a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "reboot")
     assert reboot_action["outcome"] == "done", reboot_action
     assert "REBOOT" in cluster.node_state("n3")
-    assert ours(cluster.show_node("n3")["Reason"], f"job {job} pid ")
+    assert ours(cluster.show_node("n3")["Reason"], f"job {job} stuck in ")
     # Slurm gives up killing the task (UnkillableStepTimeout) and runs RebootProgram
     # once the node is free: the only cure. 22.05 lets go of the node by itself; 25.11
     # holds it COMPLETING while the task lives, until slurm-hooks sets it DOWN.
@@ -322,7 +322,7 @@ def test_a_task_in_slurms_cgroup_v2_layout_is_tied_to_its_job(clean_cluster, hun
         cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2"), GRACE + 2 * INTERVAL + 5,
                          what="n2 drained")
         reason = cluster.show_node("n2")["Reason"]
-        assert ours(reason, f"job {job} pid {pid} "), reason
+        assert ours(reason, f"job {job} stuck in ") and f", pid {pid} [slurm-hooks]" in reason, reason
         assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in reason
         cluster.wait_for(lambda: f"slurm-hooks: node n2: job {job}" in cluster.show_job(job)["AdminComment"],
                          10, what="the job's comment")

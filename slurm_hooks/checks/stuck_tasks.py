@@ -655,11 +655,12 @@ class StuckTasksCheck:
         elif d.cause not in waits.NODE_CAUSES:
             where += f" (not the node's: {CAUSE_LABEL[d.cause]})"
         summary = f"{who}pid {s.pid}{threads} {held} in {call}{where}"
-        # The node reason must be stable across runs (no duration) and short.
+        # The node reason must be stable across runs (no duration) and short, with "stuck"
+        # in the 20 columns `sinfo -R` shows: the pid comes last.
         short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
         fs = f" ({d.fstype})" if d.fstype else ""
-        reason = (f"{'job ' + ref.job + ' ' if ref else ''}{'left ' if after_end else ''}pid {s.pid} "
-                  f"stuck in {call}{short_where}{fs}")
+        reason = (f"{'job ' + ref.job + ' ' if ref else ''}{'left ' if after_end else ''}"
+                  f"stuck in {call}{short_where}{fs}, pid {s.pid}")
         evidence = {
             "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
             "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,
