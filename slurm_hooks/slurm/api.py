@@ -236,3 +236,18 @@ class Choice:
 def major_minor(version: str) -> str:
     """'25.11.7' -> '25.11'."""
     return ".".join(version.split(".")[:2])
+
+
+def no_value(text: str) -> str:
+    """"" for Slurm's words for an empty field ("none", "(null)")."""
+    return "" if text in ("none", "(null)") else text
+
+
+def node_state_of(info: dict | None) -> dict | None:
+    """node_state's record {NodeName, State, Reason (no stamp), Comment} from a record as
+    show_node gives it: what every backend answers for a node it already has."""
+    if info is None:
+        return None
+    return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
+            "Reason": no_value(strip_reason_stamp(info.get("Reason", ""))),
+            CAUSE_FIELD: no_value(info.get(CAUSE_FIELD, ""))}

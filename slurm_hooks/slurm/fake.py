@@ -39,8 +39,8 @@ from .api import (
     OutOfTime,
     SlurmError,
     SlurmUnavailable,
+    node_state_of,
     reason_stamp,
-    strip_reason_stamp,
 )
 from .scontrol import said_code
 
@@ -290,11 +290,7 @@ class FakeSlurm:
             if n is None:
                 return None
             return {"NodeName": n.name, "State": n.state(), "Reason": n.reason, CAUSE_FIELD: n.comment}
-        reason = strip_reason_stamp(primed.get("Reason", ""))
-        comment = primed.get(CAUSE_FIELD, "")
-        return {"NodeName": node, "State": primed.get("State", "").upper(),
-                "Reason": "" if reason in ("none", "(null)") else reason,
-                CAUSE_FIELD: "" if comment in ("none", "(null)") else comment}
+        return node_state_of(primed)
 
     def list_nodes(self) -> list[dict]:
         self._rpc("list_nodes")

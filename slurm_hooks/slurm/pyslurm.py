@@ -39,7 +39,7 @@ from .api import (
     SlurmCode,
     SlurmError,
     SlurmUnavailable,
-    strip_reason_stamp,
+    node_state_of,
 )
 from .scontrol import said_code
 
@@ -121,13 +121,7 @@ class PyslurmBackend:
     def node_state(self, node: str) -> dict | None:
         """{NodeName, State, Reason (no stamp)}: one REQUEST_NODE_INFO_SINGLE, never the
         node list (pyslurm's Node.load)."""
-        info = self.show_node(node)
-        if info is None:
-            return None
-        reason = strip_reason_stamp(info.get("Reason", ""))
-        return {"NodeName": node, "State": info.get("State", "").upper(),
-                "Reason": "" if reason in ("none", "(null)") else reason,
-                CAUSE_FIELD: info.get(CAUSE_FIELD, "")}
+        return node_state_of(self.show_node(node))
 
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")

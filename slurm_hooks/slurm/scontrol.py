@@ -40,7 +40,8 @@ from .api import (
     SlurmNotConfigured,
     SlurmUnavailable,
     no_config_message,
-    strip_reason_stamp,
+    no_value,
+    node_state_of,
 )
 
 TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
@@ -339,7 +340,7 @@ class Slurm:
         and filters it in the client, and a prolog or epilog must not read the node list."""
         primed = self._primed.get(node)
         if primed is not None:
-            return _without_stamp(primed)
+            return node_state_of(primed)
         sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.
@@ -351,7 +352,7 @@ class Slurm:
             raise
         except SlurmError as e:
             if e.code == SlurmCode.NO_PROGRAM:   # no sinfo installed: the node list it is
-                return _without_stamp(self.show_node(node))
+                return node_state_of(self.show_node(node))
             raise
         for line in out.splitlines():
             name, _, rest = line.partition("|")
@@ -361,7 +362,7 @@ class Slurm:
             comment, _, reason = rest.partition("\x1f")
             reason = reason.rstrip()
             return {"NodeName": name, "State": state.upper(), "Reason": "" if reason == "none" else reason,
-                    CAUSE_FIELD: _no_value(comment.strip())}
+                    CAUSE_FIELD: no_value(comment.strip())}
         return None
 
     def show_job(self, job: str) -> dict[str, str] | None:
@@ -472,16 +473,3 @@ def step_refused(said: str) -> bool:
     """Whether srun's words say Slurm refused to create the step (only a job's owner,
     or SlurmUser, may create one in it)."""
     return "Access/permission denied" in said
-
-
-def _no_value(text: str) -> str:
-    return "" if text in ("none", "(null)") else text
-
-
-def _without_stamp(info: dict[str, str] | None) -> dict[str, str] | None:
-    """node_state's {NodeName, State, Reason, Comment} of a record as scontrol shows it."""
-    if info is None:
-        return None
-    reason = strip_reason_stamp(info.get("Reason", ""))
-    return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
-            "Reason": _no_value(reason), CAUSE_FIELD: _no_value(info.get(CAUSE_FIELD, ""))}
