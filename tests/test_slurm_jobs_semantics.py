@@ -55,7 +55,10 @@ def test_array_element_is_requeued_and_commented_alone(clean_cluster, hung_mount
         other = cluster.show_job(element)
         assert (other["Restarts"], other["JobState"]) == ("0", "RUNNING"), (element, other["JobState"])
         assert other.get("AdminComment", "(null)") in ("", "(null)"), element
-    acts = {a["kind"]: a for r in journal(tmp_path, node) for a in r["actions"] if a["outcome"] == "done"}
+    # The run that requeued writes its journal line after its last Slurm call: poll for it.
+    acts = cluster.wait_for(lambda: (lambda a: a if "requeue" in a and "comment" in a else None)(
+        {a["kind"]: a for r in journal(tmp_path, node) for a in r["actions"] if a["outcome"] == "done"}),
+        10, what="the requeueing run's journal line")
     assert acts["requeue"]["message"] == f"requeued {stuck}"
     assert acts["comment"]["message"] == f"on {stuck}"
 
