@@ -356,8 +356,12 @@ class _Daemon:
     """One foreground daemon started by us (we own the Popen)."""
 
     def __init__(self, name: str, argv: list[str], env: Mapping[str, str],
-                 out_path: Path, cwd: Path):
+                 out_path: Path, cwd: Path, wrapped: bool = False):
         self.name = name
+        # A daemon run under `unshare --fork`: unshare blocks SIGTERM and waits for its
+        # child, so signals go to the child and unshare ends when it does. Signalling
+        # unshare instead would leave the old slurmd on its port while a new one starts.
+        self.wrapped = wrapped
         with open(out_path, "ab") as out:
             self.popen = subprocess.Popen(
                 argv, env=dict(env), cwd=str(cwd), stdin=subprocess.DEVNULL, stdout=out,
@@ -374,10 +378,22 @@ class _Daemon:
         except subprocess.TimeoutExpired:
             return False
 
+    def _target(self) -> int:
+        if not self.wrapped:
+            return self.pid
+        try:
+            with open(f"/proc/{self.pid}/task/{self.pid}/children") as f:
+                children = f.read().split()
+        except OSError:
+            children = []
+        return int(children[0]) if children else self.pid
+
     def send(self, sig: int) -> None:
         if self.alive():
             try:
-                os.kill(self.pid, sig)
+                os.kill(self._target(), sig)
+                if sig == signal.SIGKILL and self.wrapped:
+                    os.kill(self.pid, sig)
             except ProcessLookupError:
                 pass
 
@@ -874,10 +890,10 @@ class SlurmCluster:
         self._slurmd[node] = _Daemon(
             node, [unshare, "--time", "--fork", "--kill-child=SIGTERM", f"--boottime=-{uptime}",
                    self._bins["slurmd"], "-D", "-N", node],
-            self.env, self.log_dir / f"slurmd-{node}.stdout", self.root)
+            self.env, self.log_dir / f"slurmd-{node}.stdout", self.root, wrapped=True)
         self.wait_for(lambda: "NOT_RESPONDING" not in self.node_state(node)
                       and "REBOOT_ISSUED" not in self.node_state(node),
-                      timeout, what=f"slurmd {node} to register after its boot")
+                      timeout, what=f"slurmd {node} to register after its boot", check_daemons=True)
 
     def ensure_running(self) -> None:
         """Restart slurmctld/slurmd processes that died (e.g. a test killed one)."""

@@ -109,8 +109,12 @@ def submit(user, cluster, body: str, *args: str) -> int:
 def mpi_job(user, cluster, fs, *args: str, env: str = "") -> tuple[int, Path]:
     barrier = user.mkdir(f"barrier{user._n + 1}")
     user.write("ranks.py", MPI_RANKS)
-    # Open MPI between "nodes" that are all this host: TCP on loopback only.
-    body = (f"export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo\n{env}"
+    # Open MPI between "nodes" that are all this host: TCP on loopback only. Each orted
+    # maps hwloc's topology into a shared segment at an address it guesses from its own
+    # memory map; where ASLR puts the stack in that hole, orted crashes in
+    # hwloc_shmem_topology_write (seen in CI). vmhole=none skips the segment.
+    body = (f"export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo "
+            f"OMPI_MCA_rtc_hwloc_vmhole=none\n{env}"
             f"exec {MPIRUN} -n 3 --map-by node --bind-to none {PY} {user.home}/ranks.py {fs.path} {barrier}\n")
     job = submit(user, cluster, body, *args)
     try:
