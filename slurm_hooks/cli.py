@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import sys
 
-from . import __version__
+from . import TYPE_CHECKING, __version__
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .checks._config import Config
 
@@ -136,8 +135,7 @@ def _hook_config(hook: str, path_arg, as_json: bool = False) -> Config | int:
         if as_json:
             _json_error(hook, "configuration error", e.problems)
         from .run.hooks import config_error
-        code = config_error(hook, e, config.config_path(path_arg))
-        return EXIT_USAGE if hook == "healthcheck" else code
+        return config_error(hook, e, config.config_path(path_arg))
 
 
 # The node commands cron, wrappers and admins run on every node, in their plain forms:

@@ -40,8 +40,8 @@ def hook_branches(tree) -> list[int]:
 def test_no_module_branches_on_a_hook_name():
     found = []
     for path in (ROOT / "slurm_hooks").rglob("*.py"):
-        if path.name == "behaviour.py" or path.name == "cli.py":
-            continue        # the table itself; cli.py compares subcommand names, not hooks
+        if path.name == "behaviour.py":
+            continue        # the table itself
         for line in hook_branches(ast.parse(path.read_text())):
             found.append(f"{path.relative_to(ROOT)}:{line}")
     assert not found, found
@@ -67,5 +67,7 @@ def test_what_each_run_may_do():
     assert pro.generic_reason == "Prolog error" and epi.generic_reason == "Epilog error|Kill task failed"
     # A look runs the site checks a health check would.
     assert look.site_hook == "healthcheck"
+    # A configuration error holds no job up and drains nothing; by hand it says 2.
+    assert (pro.config_error_exit, epi.config_error_exit, hc.config_error_exit) == (0, 0, 2)
     with pytest.raises(ValueError, match="unknown hook 'nosuch'"):
         behaviour("nosuch")

@@ -126,7 +126,8 @@ def test_one_comment_and_requeue_per_job_with_several_stuck_processes():
 def test_ledger_survives_an_incident_missing_for_a_while():
     import time
 
-    from slurm_hooks.act.actuation import LEDGER_KEEP, refresh_ledger
+    from slurm_hooks.act.ledger import LEDGER_KEEP
+    from slurm_hooks.act.ledger import refresh as refresh_ledger
     now = time.time()
     ledger = {"requeue:12:n1:345:100": {"done": now - 60, "seen": now - 60},
               "requeue:13:n1:346:100": {"done": now - LEDGER_KEEP - 5, "seen": now - LEDGER_KEEP - 5},
@@ -257,7 +258,7 @@ def test_spool_merge_keeps_order_and_does_each_action_once():
     import time
     from dataclasses import asdict
 
-    from slurm_hooks.act.actuation import merge_spool
+    from slurm_hooks.act.spool import merge as merge_spool
     old_drain = Action("drain", node="n1", reason="fs /x hung [slurm-hooks]")
     comment = Action("comment", node="n1", job="7", text="t", incident="n1:5:6")
     spooled = [{"action": asdict(old_drain), "at": time.time() - 10},

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import time
 
+from .. import TYPE_CHECKING
 from ..core.model import Action, ActionResult
 from ..core.outcomes import Code, Outcome
 from ..core.reason import is_generic, is_our_cause, is_ours, one_line
@@ -45,7 +46,6 @@ from ..slurm.api import (
     reason_is_current,
 )
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..slurm.api import SlurmBackend
 
@@ -55,7 +55,6 @@ DONE, DRY_RUN, SKIPPED, FAILED, REPORT_ONLY = (Outcome.DONE, Outcome.DRY_RUN, Ou
 # What Slurm appends to the reason of a node that came back from a reboot asked for
 # with nextstate=DOWN.
 REBOOT_COMPLETE = "reboot complete"
-LEDGER = "actions-done"
 TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 # What a requeue or cancel ended as when the job really ended (or was already gone).

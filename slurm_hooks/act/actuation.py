@@ -4,29 +4,31 @@ Around the pure policy (decide/policy.py) and the Slurm backend (act/actions.py,
 - hysteresis counts, and the healthy fast path that asks Slurm nothing;
 - the drain-storm breaker (decide/breaker.py): read the cluster before a drain, re-read after
   it; a prolog or epilog honours the health checks' latest view instead;
-- the spool: actions slurmctld did not take wait for the next run (each once);
-- the ledger: job and reboot actions once per incident;
-- the prolog's special case (Slurm drains on its non-zero exit) and the way back after
-  a reboot slurm-hooks asked for.
+- the spool (act/spool.py): actions slurmctld did not take wait for the next run;
+- the ledger (act/ledger.py): job and reboot actions once per incident;
+- the way back after a reboot slurm-hooks asked for (act/after_reboot.py);
+- the prolog's special case (Slurm drains on its non-zero exit).
 Everything it keeps goes through the run's staged state store: a dry run keeps nothing.
 """
 from __future__ import annotations
 
 import time
 
+from .. import TYPE_CHECKING
 from ..checks import has_role
 from ..core.behaviour import behaviour
 from ..core.model import FAIL, MOUNT_PROBE, ActionResult, Finding
-from ..core.records import asdict
+from . import after_reboot, spool
+from . import ledger as ledger_of
+from .ledger import LEDGER
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..checks._config import Config
     from ..core.state import StateStore
 
 BREAKER_FRESH = 600.0
-# The state files actuation keeps (the ledger is actions.LEDGER, "actions-done").
-STATE = ("failures", "drain", "spool", "actions-done", "hook-failure", "reboot", "boot", "breaker")
+# The state files actuation keeps (the spool's and the ledger's through their modules).
+STATE = ("failures", "drain", spool.SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker")
 
 
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
@@ -52,10 +54,10 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         state.save("failures", new_counts)
     run = behaviour(hook)
     drain = state.load("drain")
-    spooled = state.load("spool", list)
+    spooled = state.load(spool.SPOOL, list)
     hook_failure = state.load("hook-failure") if run.tends_node else {}
     reboot = state.load("reboot") if run.tends_node else {}
-    new_boot = run.tends_node and not dry_run and _new_boot(state)
+    new_boot = run.tends_node and not dry_run and after_reboot.new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
             and not state.load("actions-done"):
@@ -63,7 +65,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
 
     from ..core.model import Action
     from ..core.outcomes import Code, Outcome
-    from .actions import LEDGER, execute
+    from .actions import execute
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
@@ -95,13 +97,13 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     if (reboot or new_boot) and slurm is not None:
-        after, reboot = _after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
+        after, reboot = after_reboot.after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
                                       cfg.policy.resume_after, cfg.actions.release_after)
         if after is not None:
             resume = after          # the resume after the boot, or the DOWN that lets Slurm reboot
     if resume is not None:
         actions.append(resume)
-    queue = merge_spool(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
+    queue = spool.merge(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
     recovering = [a for a in queue if a.kind == "recover"]
     queue = [a for a in queue if a.kind != "recover"]
@@ -117,91 +119,22 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         results = _breaker_recheck(cfg, node, results, slurm, state)
 
     if not dry_run and not report_only:
-        state.save(LEDGER, refresh_ledger(ledger, findings))
+        state.save(LEDGER, ledger_of.refresh(ledger, findings))
         # Actions Slurm could not take (unreachable, or no time left) wait in the spool;
         # everything else is final.
-        spool = [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)}
-                 for r in results if r.retry]
-        if spool or spooled:
-            state.save("spool", spool)
+        waiting_now = spool.entries(spooled, results)
+        if waiting_now or spooled:
+            state.save(spool.SPOOL, waiting_now)
         drain = drain_record(drain, results, findings, node)
         if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
                                 for r in results):
             state.delete("hook-failure")      # the precise reason is in place (or moot)
         if drain or state.exists("drain"):
             state.save("drain", drain)
-        reboot = _reboot_record(reboot, results)
+        reboot = after_reboot.record(reboot, results)
         if reboot or state.exists("reboot"):
             state.save("reboot", reboot)
     return results
-
-
-def _new_boot(state: StateStore) -> bool:
-    """True once per boot: a node whose state_dir did not survive the reboot (diskless)
-    must still learn from Slurm that it is DOWN after a reboot of ours."""
-    from ..host.procfs import boot_id
-    now = boot_id()
-    if state.load("boot").get("id") == now:
-        return False
-    state.save("boot", {"id": now})
-    return True
-
-
-def _after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int,
-                  release_after: float):
-    """After the reboot we asked for (Slurm keeps the node DOWN with our reason, then
-    "reboot complete"), resume it once health checks pass. Before it, a node Slurm
-    still holds COMPLETING `release_after` seconds after we asked (the task it cannot
-    kill: Slurm 25.11 waits for it for ever) is set DOWN, so that Slurm reboots it.
-    Returns (the action: resume or down, or None; the record)."""
-    from ..core.model import Action
-    from ..core.reason import is_generic, is_ours
-    from ..slurm.api import REBOOT_STATES, SlurmError, node_flags
-    from .actions import rebooted_by_us
-    try:
-        info = slurm.node_state(node)
-    except SlurmError:
-        return None, reboot
-    if info is None:
-        return None, reboot
-    # node_state gives the reason without its stamp: stripping again could cut a
-    # user's file name at its end that reads like one.
-    reason = info.get("Reason", "")
-    # Asked for by us (our record): Slurm's "Kill task failed" may have replaced our reason.
-    generic = behaviour("healthcheck").generic_reason if reboot else ""
-    if not rebooted_by_us(info, reason, prefix, generic):
-        flags = node_flags(info)
-        waiting = any(s in flags for s in REBOOT_STATES) and \
-            (is_ours(reason, prefix) or is_generic(reason, generic))
-        if not waiting:
-            return None, {}
-        asked = (reboot or {}).get("at")
-        if asked is not None and {"REBOOT_REQUESTED", "COMPLETING"} <= flags and "DOWN" not in flags \
-                and time.time() - asked >= release_after:
-            ours = reboot.get("reason") or reason
-            return Action("down", node=node, reason=ours, replaces=generic), reboot
-        return None, reboot
-    record = dict(reboot or {"at": time.time()}, reason=reason)
-    if failing:
-        return None, dict(record, passes=0)
-    record["passes"] = int(record.get("passes", 0)) + 1
-    if record["passes"] >= max(1, resume_after):
-        return Action("resume", node=node, reason=reason, replaces=generic), record
-    return None, record
-
-
-def _reboot_record(reboot: dict, results) -> dict:
-    """Remember a reboot we asked for (to bring the node back after it); forget it once
-    the node is resumed."""
-    from ..core.outcomes import Outcome
-    for r in results:
-        if r.action.kind == "reboot" and r.outcome == Outcome.DONE:
-            return {"reason": r.action.reason, "at": time.time(), "passes": 0}
-        if r.action.kind == "resume" and r.outcome == Outcome.DONE:
-            return {}
-    return reboot
-
-
 
 
 def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool = False) -> list[ActionResult]:
@@ -340,42 +273,6 @@ def _step_back(slurm, view, node: str) -> None:
         slurm.resume(node)
 
 
-def _identity(a) -> tuple:
-    return (a.kind, a.node, a.job, a.reason if a.kind in ("drain", "reboot") else "", a.incident)
-
-
-def merge_spool(spooled: list, actions: list, max_age: float) -> list:
-    """Spooled actions first (oldest first), then new ones; each action once."""
-    from ..core.model import Action
-    now = time.time()
-    out, seen = [], set()
-    for entry in spooled:
-        try:
-            a = Action(**entry["action"])
-        except (TypeError, KeyError):
-            continue
-        if now - float(entry.get("at", now)) > max_age:
-            continue
-        if a.kind == "drain" and any(n.kind == "drain" for n in actions):
-            continue           # a newer drain says more about the node now
-        if _identity(a) not in seen:
-            seen.add(_identity(a))
-            out.append(a)
-    for a in actions:
-        if _identity(a) not in seen:
-            seen.add(_identity(a))
-            out.append(a)
-    return out
-
-
-def _spooled_at(spooled: list, action) -> float:
-    for entry in spooled:
-        if entry.get("action", {}).get("kind") == action.kind and \
-                entry["action"].get("reason") == action.reason and entry["action"].get("job") == action.job:
-            return float(entry.get("at", time.time()))
-    return time.time()
-
-
 # --- recovery without a reboot (act/recovery.py) --------------------------------------------
 def _may_recover(cfg: Config, actions: list, findings: list[Finding]) -> bool:
     if not any(fs.recover.method != "none" for fs in cfg.filesystems):
@@ -501,21 +398,3 @@ def drain_record(drain: dict, results, findings: list[Finding], node: str) -> di
     return drain
 
 
-# How long the ledger remembers an incident no finding has named. A stuck task can drop
-# out of the findings for a while (a SIGKILL wakes it for a moment and its clock
-# restarts) without being a new incident; a new stuck task has a new identity anyway.
-LEDGER_KEEP = 6 * 3600
-
-
-def refresh_ledger(ledger: dict, findings: list[Finding]) -> dict:
-    now = time.time()
-    live = {f.incident for f in findings if f.incident}
-    out = {}
-    for key, entry in ledger.items():
-        if not isinstance(entry, dict) or "done" not in entry:
-            continue                       # an unreadable entry: forget it
-        if key.split(":", 2)[-1] in live:
-            entry = dict(entry, seen=now)
-        if now - float(entry.get("seen", entry["done"])) < LEDGER_KEEP:
-            out[key] = entry
-    return out

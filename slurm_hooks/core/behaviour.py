@@ -44,6 +44,10 @@ class Behaviour:
     site_hook: str
     # What a configuration error means for it, said on stderr and syslog.
     on_config_error: str
+    # Its exit status then: a prolog or epilog that fails would hold the job up or drain
+    # the node for our own mistake; the health check's 2 is for whoever runs it by hand
+    # (slurmd ignores its status).
+    config_error_exit: int = 0
 
 
 _JOB = "no checks run, the job is not held up"
@@ -51,7 +55,7 @@ BEHAVIOURS = {
     "healthcheck": Behaviour("healthcheck", commits=True, writes_metrics=True, for_job=False, before_job=False,
                              looks_only=False, tends_node=True, acts_by_exit=False, drains_before_exit=False,
                              generic_reason=KILL_TASK_FAILED, site_hook="healthcheck",
-                             on_config_error="no checks run, nothing drained or resumed"),
+                             on_config_error="no checks run, nothing drained or resumed", config_error_exit=2),
     "prolog": Behaviour("prolog", commits=True, writes_metrics=False, for_job=True, before_job=True,
                         looks_only=False, tends_node=False, acts_by_exit=True, drains_before_exit=False,
                         generic_reason=PROLOG_ERROR, site_hook="prolog", on_config_error=_JOB),
@@ -62,7 +66,7 @@ BEHAVIOURS = {
     "check": Behaviour("check", commits=False, writes_metrics=False, for_job=False, before_job=False,
                        looks_only=True, tends_node=False, acts_by_exit=False, drains_before_exit=False,
                        generic_reason="", site_hook="healthcheck",
-                       on_config_error="no checks run"),
+                       on_config_error="no checks run", config_error_exit=2),
 }
 
 

@@ -32,13 +32,13 @@ import os
 import sys
 import time
 
+from .. import TYPE_CHECKING
 from ..core.behaviour import behaviour
 from ..core.config import node_name
 from ..core.model import FAIL, UNHEALTHY, JobInfo, RunRecord
 from ..core.state import state_dir
 from . import engine
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..checks._config import Config
 
@@ -130,8 +130,8 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float,
 
 def config_error(hook: str, error, path: str | None = None) -> int:
     """A hook that cannot read its configuration checks nothing and fails nothing: said
-    on stderr (slurmd logs it), in syslog and in the default journal. Exit status 0 for
-    the prolog and epilog (no job held up); the health check's caller returns 2."""
+    on stderr (slurmd logs it), in syslog and in the default journal. Returns the hook's
+    exit status for it (Behaviour.config_error_exit)."""
     from ..checks._config import default_config
     from ..core.config import journal_of
     from ..sinks import journal
@@ -147,4 +147,4 @@ def config_error(hook: str, error, path: str | None = None) -> int:
                                             "status": "config_error", "error": str(error)})
     if err:
         report_local(defaults, hook, [err])
-    return 0
+    return behaviour(hook).config_error_exit

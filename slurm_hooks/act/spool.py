@@ -1,0 +1,53 @@
+"""The spool: actions slurmctld did not take (unreachable, or no time left in the run)
+wait in local state for the next run, each once, oldest first, and expire after
+policy.spool_max_age. A newer drain replaces a spooled one: it says more about the node
+now."""
+from __future__ import annotations
+
+import time
+
+from ..core.model import Action
+from ..core.records import asdict
+
+SPOOL = "spool"                  # its state file
+
+
+def _identity(a) -> tuple:
+    return (a.kind, a.node, a.job, a.reason if a.kind in ("drain", "reboot") else "", a.incident)
+
+
+def merge(spooled: list, actions: list, max_age: float) -> list:
+    """Spooled actions first (oldest first), then new ones; each action once."""
+    now = time.time()
+    out, seen = [], set()
+    for entry in spooled:
+        try:
+            a = Action(**entry["action"])
+        except (TypeError, KeyError):
+            continue
+        if now - float(entry.get("at", now)) > max_age:
+            continue
+        if a.kind == "drain" and any(n.kind == "drain" for n in actions):
+            continue           # a newer drain says more about the node now
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    for a in actions:
+        if _identity(a) not in seen:
+            seen.add(_identity(a))
+            out.append(a)
+    return out
+
+
+def _spooled_at(spooled: list, action) -> float:
+    for entry in spooled:
+        if entry.get("action", {}).get("kind") == action.kind and \
+                entry["action"].get("reason") == action.reason and entry["action"].get("job") == action.job:
+            return float(entry.get("at", time.time()))
+    return time.time()
+
+
+def entries(spooled: list, results: list) -> list:
+    """What the spool holds after a run: the actions it must try again, each with the
+    time it was first spooled."""
+    return [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)} for r in results if r.retry]
