@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import collections
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,17 +30,12 @@ LIMIT = 3
 
 
 def _round(c, nodes, conf_dir: Path, tmp: Path) -> tuple[dict, collections.Counter]:
-    from helpers import sdiag_counts
+    from helpers import healthchecks_at_once, sdiag_counts
     for node in nodes:
         (tmp / f"journal-{node}.jsonl").unlink(missing_ok=True)
     c.run("sdiag", "-r")
     before = sdiag_counts(c)
-    procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
-                              env={"SLURMD_NODENAME": n, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{n}.yaml")})
-             for n in nodes]
-    for p in procs:
-        p.wait(timeout=180)
+    healthchecks_at_once(nodes, conf_dir, timeout=180)
     after = sdiag_counts(c)
     spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
              if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}

@@ -220,3 +220,16 @@ def ours(reason: str, words: str = "") -> bool:
     for note in SLURM_NOTES:
         plain = plain.replace(note, "")
     return plain.endswith(" " + MARK) and words_of(plain, "").startswith(words)
+
+
+def healthchecks_at_once(nodes, conf_dir: Path, timeout: float = 120) -> None:
+    """One `slurm-hooks-healthcheck` per node, all started before any is waited for (as
+    slurmd's interval starts them across a cluster), each with its node's configuration
+    `conf_dir/NODE.yaml` and only SLURMD_NODENAME beside it."""
+    import subprocess
+    procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
+                              env={"SLURMD_NODENAME": n, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{n}.yaml")})
+             for n in nodes]
+    for p in procs:
+        p.wait(timeout=timeout)

@@ -298,12 +298,18 @@ def test_the_breaker_holds_a_drain_at_the_cost_of_one_cluster_view(tmp_path):
     assert state.load("breaker")["open"] is True
 
 
-def test_after_our_reboot_passing_checks_resume_the_node(tmp_path):
-    cfg, state, slurm = config(tmp_path, resume_after=2), state_of(tmp_path), FakeSlurm()
+def after_our_reboot(tmp_path, resume_after: int):
+    """n1 drained and rebooted by us (our record of the request kept), back from the boot."""
+    cfg, state, slurm = config(tmp_path, resume_after=resume_after), state_of(tmp_path), FakeSlurm()
     one(slurm, drain())
     one(slurm, Action("reboot", node="n1", reason=OURS))
     state.save("reboot", {"reason": OURS, "at": 0.0, "passes": 0})
     slurm.complete_reboot("n1")
+    return cfg, state, slurm
+
+
+def test_after_our_reboot_passing_checks_resume_the_node(tmp_path):
+    cfg, state, slurm = after_our_reboot(tmp_path, resume_after=2)
     # The first passing run counts, the second resumes (RESUME: DOWN by our nextstate).
     assert actuate(cfg, state, slurm, [Finding("filesystem", "/scratch", "ok", OK, "fs ok")]) == []
     [r] = actuate(cfg, state, slurm, [])
@@ -312,11 +318,7 @@ def test_after_our_reboot_passing_checks_resume_the_node(tmp_path):
 
 
 def test_a_failing_check_after_the_reboot_keeps_the_node_down(tmp_path):
-    cfg, state, slurm = config(tmp_path, resume_after=1), state_of(tmp_path), FakeSlurm()
-    one(slurm, drain())
-    one(slurm, Action("reboot", node="n1", reason=OURS))
-    state.save("reboot", {"reason": OURS, "at": 0.0, "passes": 0})
-    slurm.complete_reboot("n1")
+    cfg, state, slurm = after_our_reboot(tmp_path, resume_after=1)
     results = actuate(cfg, state, slurm, [fs_failing()])
     assert ("drain", "skipped", "already_ours") in outcomes(results)
     assert slurm.node_state("n1")["State"] == "DOWN" and "resume" not in slurm.calls

@@ -12,7 +12,7 @@ import time
 
 import pytest
 import yaml
-from helpers import BIN, NODE_RPCS, SLURM_HOOKS, lock_ranks, sdiag_counts
+from helpers import BIN, NODE_RPCS, SLURM_HOOKS, healthchecks_at_once, lock_ranks, sdiag_counts
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scale]
 
@@ -148,12 +148,7 @@ def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_b
             "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
 
     def round_of_runs():
-        procs = [subprocess.Popen([str(BIN / "slurm-hooks-healthcheck")], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL,
-                                  env={"SLURMD_NODENAME": node, "SLURM_HOOKS_CONFIG": str(conf_dir / f"{node}.yaml")})
-                 for node in nodes]
-        for p in procs:
-            p.wait(timeout=120)
+        healthchecks_at_once(nodes, conf_dir, timeout=120)
 
     try:
         round_of_runs()

@@ -23,11 +23,11 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.records import dataclass, field
 from ..host import procfs
 from ..host.runner import DONE, Runner, Task
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..core.model import Recovery
 

@@ -32,10 +32,10 @@ import os
 import sys
 import time
 
+from .. import TYPE_CHECKING
 from ..core.behaviour import behaviour
 from ..core.model import WARN, CheckRun, Finding
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Callable, Protocol
 

@@ -14,9 +14,8 @@ which import the package, so it cannot live in checks/__init__.py.
 from __future__ import annotations
 
 from ..core import config
-from . import sections
+from . import TYPE_CHECKING, sections
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Any
 

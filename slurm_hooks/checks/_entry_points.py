@@ -21,9 +21,9 @@ from __future__ import annotations
 import os
 import sys
 
+from .. import TYPE_CHECKING
 from ..core.model import WARN, Finding
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Any
 

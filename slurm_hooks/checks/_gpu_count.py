@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, WARN, Finding
 from ..host import xid as xidmod
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from . import Context
     from ._gpu_config import GpuConfig

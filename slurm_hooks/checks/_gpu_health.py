@@ -24,9 +24,9 @@ NVIDIA's documents, not guesses, decide what drains and what happens to the runn
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, WARN, Finding
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ._gpu_config import GpuConfig
 

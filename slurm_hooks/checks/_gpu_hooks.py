@@ -15,11 +15,11 @@ server use by design (checks/leftovers.py decides whose a GPU process is).
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, OK, WARN, Finding
 from ..host import xid as xidmod
 from ._gpu_health import health
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from . import Context
     from ._gpu_config import GpuConfig

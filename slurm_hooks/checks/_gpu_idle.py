@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import time
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, OK, WARN, Finding
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from . import Context
     from ._gpu_config import GpuIdleConfig

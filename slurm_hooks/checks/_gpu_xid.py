@@ -6,10 +6,10 @@ kept in state (only a real run commits them: a look moves no cursor).
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, OK, WARN, Finding
 from ..host import xid as xidmod
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from . import Context
     from ._gpu_config import GpuConfig

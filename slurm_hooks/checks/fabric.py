@@ -34,12 +34,12 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import FAIL, OK, WARN, Finding
 from ..core.records import dataclass
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..host.runner import Outcome

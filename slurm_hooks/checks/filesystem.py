@@ -26,13 +26,13 @@ import errno
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import FAIL, MOUNT_PROBE, OK, WARN, Finding
 from ..core.records import dataclass
 from ..host.mounts import normalise
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.behaviour import Behaviour
     from ..core.config import Config

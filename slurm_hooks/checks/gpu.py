@@ -37,12 +37,12 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.config import setting
 from ..core.model import FAIL, OK, WARN, Finding
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 from ._gpu_config import GpuConfig, GpuIdleConfig  # noqa: F401 (the section's classes)
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..host.jobs import JobRef

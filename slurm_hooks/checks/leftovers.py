@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import STUCK_TASK, WARN, Finding
 from ..core.records import dataclass
@@ -26,7 +27,6 @@ from ..host import procfs
 from ..host.jobs import of_pid
 from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..host.runner import Outcome as TaskOutcome

@@ -16,11 +16,11 @@ hold, and costs microseconds, so they are read in the parent, not in a hang-safe
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import FAIL, OK, WARN, Finding
 from ..core.records import dataclass
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..host.runner import Outcome

@@ -39,6 +39,7 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import FAIL, OK, STUCK_TASK, WARN, Finding
 from ..core.reason import duration, printable, shorten_path
@@ -48,7 +49,6 @@ from ..host.jobs import JobRef, of_pid
 from ..host.mounts import MountTable, parse_mountinfo
 from ..host.runner import DONE, Task
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..host.runner import Outcome as TaskOutcome

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 
+from .. import TYPE_CHECKING
 from .records import MISSING, dataclass, field, fields
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Any, Callable
 

@@ -8,7 +8,8 @@ pattern from then on.
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+from .. import TYPE_CHECKING
+
 if TYPE_CHECKING:
     import re
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import time
 
-from .. import __version__
+from .. import TYPE_CHECKING, __version__
 from .records import asdict, dataclass, field
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .outcomes import Code, Outcome
 

@@ -16,9 +16,7 @@ the standard library's cost). This module's `fields()` and `asdict()` are the ch
 """
 from __future__ import annotations
 
-# Not `from typing import TYPE_CHECKING`: typing alone costs milliseconds to import.
-# Type checkers treat the name itself as true.
-TYPE_CHECKING = False
+from .. import TYPE_CHECKING
 
 
 class _Missing:

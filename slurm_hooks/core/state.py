@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from . import jsonio
 from .errors import LocalError
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Any, Optional
 

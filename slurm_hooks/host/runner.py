@@ -32,11 +32,11 @@ import os
 import select
 import time
 
+from .. import TYPE_CHECKING
 from ..core import jsonio
 from ..core.records import dataclass, field
 from ..core.state import StateStore
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Any, Callable
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os
 
+from .. import TYPE_CHECKING
 from ..core.reason import one_line
 from ..host.runner import DONE, SAFE_PATH, Task
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.config import BesideConfig
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import time
 
+from .. import TYPE_CHECKING
 from ..checks import Context, for_hook, run_checks
 from ..core.config import node_name
 from ..core.model import CheckRun, RunRecord
 from ..core.state import state_dir
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..checks._config import Config
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import os
 import stat
 
+from .. import TYPE_CHECKING
 from ..core.model import SEVERITY_ORDER
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.model import RunRecord
 

@@ -4,11 +4,11 @@ a failure of any of them is our own local failure (core/errors.py), reported, ne
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.behaviour import behaviour
 from ..core.model import HEALTHY, UNHEALTHY, RunRecord
 from ..core.state import state_dir
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..checks._config import Config
     from ..core.state import StateStore

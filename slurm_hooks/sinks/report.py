@@ -1,10 +1,10 @@
 """Readable reports for people at a terminal."""
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from ..core.model import FAIL, OK, WARN
 from ..core.reason import clean_text
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.model import RunRecord
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
+from .. import TYPE_CHECKING
+
 if TYPE_CHECKING:
     from ..core.model import RunRecord
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import re
 
+from .. import TYPE_CHECKING
 from ..core.records import dataclass
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from typing import Protocol
 
@@ -251,3 +251,35 @@ def node_state_of(info: dict | None) -> dict | None:
     return {"NodeName": info["NodeName"], "State": info.get("State", "").upper(),
             "Reason": no_value(strip_reason_stamp(info.get("Reason", ""))),
             CAUSE_FIELD: no_value(info.get(CAUSE_FIELD, ""))}
+
+
+class PrimedNodes:
+    """What every backend shares about node records a caller has just read by a wider
+    query (the breaker's cluster view): show_node and node_state answer from them
+    instead of asking slurmctld again, until this run changes the node (drain,
+    undrain, resume, reboot: each calls `changing`). A backend supplies `_show_node`
+    and `_node_state`, its own one-node queries."""
+
+    _primed: dict[str, dict]
+
+    def prime_node(self, info: dict) -> None:
+        self._primed[info["NodeName"]] = info
+
+    def changing(self, node: str) -> None:
+        self._primed.pop(node, None)
+
+    def show_node(self, node: str) -> dict | None:
+        primed = self._primed.get(node)
+        return primed if primed is not None else self._show_node(node)
+
+    def node_state(self, node: str) -> dict | None:
+        """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp), Comment} of one node, None if
+        unknown."""
+        primed = self._primed.get(node)
+        return node_state_of(primed) if primed is not None else self._node_state(node)
+
+    def _show_node(self, node: str) -> dict | None:
+        raise NotImplementedError
+
+    def _node_state(self, node: str) -> dict | None:
+        raise NotImplementedError

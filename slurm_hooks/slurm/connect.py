@@ -19,9 +19,9 @@ child; otherwise scontrol, and says why (the run's notes, hence the journal, and
 """
 from __future__ import annotations
 
+from .. import TYPE_CHECKING
 from .api import Choice, SlurmError, major_minor
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .api import SlurmBackend
 

@@ -32,19 +32,19 @@ from __future__ import annotations
 
 import time
 
+from .. import TYPE_CHECKING
 from .api import (
     CAUSE_FIELD,
     MIN_CALL,
     STAMP_FORMAT,
     OutOfTime,
+    PrimedNodes,
     SlurmError,
     SlurmUnavailable,
-    node_state_of,
     reason_stamp,
 )
 from .scontrol import said_code
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .api import Choice
 
@@ -92,7 +92,7 @@ class FakeNode:
         return "+".join([self.base] + [f for f in FLAG_ORDER if f in self.flags])
 
 
-class FakeSlurm:
+class FakeSlurm(PrimedNodes):
     """The in-memory backend. `nodes`: names, or name -> {cpus, gres}; `version`: the
     Slurm it behaves as (25.11 keeps a node's last reason after RESUME and UNDRAIN,
     22.05 clears it). `reachable = False` makes slurmctld not answer; `reboot_program`
@@ -271,26 +271,17 @@ class FakeSlurm:
         return {k: v for k, v in info.items() if not k.startswith("_")}
 
     # --- SlurmBackend ------------------------------------------------------------------------
-    def prime_node(self, info: dict) -> None:
-        self._primed[info["NodeName"]] = info
-
-    def show_node(self, node: str) -> dict | None:
-        primed = self._primed.get(node)
-        if primed is not None:
-            return primed
+    def _show_node(self, node: str) -> dict | None:
         self._rpc("show_node")
         n = self.nodes.get(node)
         return None if n is None else self._record(n)
 
-    def node_state(self, node: str) -> dict | None:
-        primed = self._primed.get(node)
-        if primed is None:
-            self._rpc("node_state")
-            n = self.nodes.get(node)
-            if n is None:
-                return None
-            return {"NodeName": n.name, "State": n.state(), "Reason": n.reason, CAUSE_FIELD: n.comment}
-        return node_state_of(primed)
+    def _node_state(self, node: str) -> dict | None:
+        self._rpc("node_state")
+        n = self.nodes.get(node)
+        if n is None:
+            return None
+        return {"NodeName": n.name, "State": n.state(), "Reason": n.reason, CAUSE_FIELD: n.comment}
 
     def list_nodes(self) -> list[dict]:
         self._rpc("list_nodes")
@@ -322,7 +313,7 @@ class FakeSlurm:
         return info
 
     def drain(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         if not reason:
             raise _refused(NO_REASON)          # scontrol's own check: no RPC
         self._rpc("drain")
@@ -332,7 +323,7 @@ class FakeSlurm:
 
     def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
         """One update: DRAIN, the reason and the node's Comment."""
-        self._primed.pop(node, None)
+        self.changing(node)
         if not reason:
             raise _refused(NO_REASON)
         self._rpc("drain_with_cause")
@@ -343,7 +334,7 @@ class FakeSlurm:
 
     def release(self, node: str, state: str) -> None:
         """One update: UNDRAIN or RESUME, and the Comment emptied."""
-        self._primed.pop(node, None)
+        self.changing(node)
         self._rpc("release")
         n = self._node(node)
         if state.upper() == "RESUME":
@@ -353,7 +344,7 @@ class FakeSlurm:
         n.comment = ""
 
     def undrain(self, node: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._rpc("undrain")
         self._undrain(self._node(node))
 
@@ -366,7 +357,7 @@ class FakeSlurm:
             self._clear_reason(n)
 
     def resume(self, node: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._rpc("resume")
         self._resume(self._node(node))
 
@@ -381,7 +372,7 @@ class FakeSlurm:
         self._occupancy()
 
     def set_down(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         if not reason:
             raise _refused(NO_REASON)
         self._rpc("set_down")
@@ -398,7 +389,7 @@ class FakeSlurm:
         self._occupancy()
 
     def reboot(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         if not self.reboot_program:
             # scontrol reads slurm.conf and refuses before asking slurmctld anything.
             raise _refused(NO_REBOOT_PROGRAM)

@@ -36,6 +36,7 @@ from .api import (
     BackendError,
     Choice,
     OutOfTime,
+    PrimedNodes,
     SlurmCode,
     SlurmError,
     SlurmUnavailable,
@@ -47,7 +48,7 @@ JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running j
 SIGKILL = 9
 
 
-class PyslurmBackend:
+class PyslurmBackend(PrimedNodes):
     name = "pyslurm"
 
     def __init__(self, cfg, scontrol, choice: Choice):
@@ -109,19 +110,12 @@ class PyslurmBackend:
         return value.get("ok")
 
     # --- operations ----------------------------------------------------------------------
-    def prime_node(self, info: dict) -> None:
-        self._primed[info["NodeName"]] = info
-
-    def show_node(self, node: str) -> dict | None:
-        primed = self._primed.get(node)
-        if primed is not None:
-            return primed
+    def _show_node(self, node: str) -> dict | None:
         return self._call("node", node)
 
-    def node_state(self, node: str) -> dict | None:
-        """{NodeName, State, Reason (no stamp)}: one REQUEST_NODE_INFO_SINGLE, never the
-        node list (pyslurm's Node.load)."""
-        return node_state_of(self.show_node(node))
+    def _node_state(self, node: str) -> dict | None:
+        # One REQUEST_NODE_INFO_SINGLE, never the node list (pyslurm's Node.load).
+        return node_state_of(self._show_node(node))
 
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")
@@ -145,11 +139,11 @@ class PyslurmBackend:
         return self._call("jobs")
 
     def drain(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._call("node_state", node, "DRAIN", reason)
 
     def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._call("node_state", node, "DRAIN", reason, cause)
 
     def release(self, node: str, state: str) -> None:
@@ -157,20 +151,20 @@ class PyslurmBackend:
         # empties it, in the same update as the state.
         if self.choice.error:
             raise BackendError(self.choice.error)
-        self._primed.pop(node, None)
+        self.changing(node)
         self._scontrol.release(node, state)
 
     def undrain(self, node: str) -> None:
         # UNDRAIN only clears the drain flag (never brings a DOWN node up).
-        self._primed.pop(node, None)
+        self.changing(node)
         self._call("node_state", node, "UNDRAIN", None)
 
     def resume(self, node: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._call("node_state", node, "RESUME", None)
 
     def set_down(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._call("node_state", node, "DOWN", reason)
 
     def set_admin_comment(self, job: str, text: str) -> None:
@@ -186,7 +180,7 @@ class PyslurmBackend:
         # No libslurm call for it (scontrol sends REQUEST_REBOOT_NODES itself).
         if self.choice.error:
             raise BackendError(self.choice.error)
-        self._primed.pop(node, None)
+        self.changing(node)
         self._scontrol.reboot(node, reason)
 
     def listpids(self, node: str) -> dict:

@@ -26,6 +26,7 @@ import re
 import sys
 import time
 
+from .. import TYPE_CHECKING
 from ..host.runner import NOT_RUN, SAFE_PATH, CommandResult, run_command
 from .api import (
     CAUSE_FIELD,
@@ -35,6 +36,7 @@ from .api import (
     STAMP_INSIDE,
     UNREACHABLE,
     OutOfTime,
+    PrimedNodes,
     SlurmCode,
     SlurmError,
     SlurmNotConfigured,
@@ -44,7 +46,6 @@ from .api import (
     node_state_of,
 )
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from .api import Choice
 
@@ -194,7 +195,7 @@ def find_scontrol(bin_dir: str | None) -> str | None:
     return None
 
 
-class Slurm:
+class Slurm(PrimedNodes):
     """The scontrol backend (see slurm/connect.py for the interface)."""
     name = "scontrol"
 
@@ -320,27 +321,10 @@ class Slurm:
                 self.library = False
         return self._run("-o", "show", "node").stdout
 
-    def prime_node(self, info: dict[str, str]) -> None:
-        """Fields of a node just read by a wider query (the breaker's cluster view):
-        show_node and node_state of it answer from them instead of asking slurmctld
-        again, until this run changes the node (drain, undrain, resume, reboot)."""
-        self._primed[info["NodeName"]] = info
-
-    def show_node(self, node: str) -> dict[str, str] | None:
-        primed = self._primed.get(node)
-        if primed is not None:
-            return primed
-        return self._show_node(node)
-
-    def node_state(self, node: str) -> dict[str, str] | None:
-        """{NodeName, State (`IDLE+DRAIN`), Reason (no stamp)} of one node, None if unknown.
-
-        Through `sinfo -n NODE`, which asks slurmctld for that node alone
-        (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
-        and filters it in the client, and a prolog or epilog must not read the node list."""
-        primed = self._primed.get(node)
-        if primed is not None:
-            return node_state_of(primed)
+    def _node_state(self, node: str) -> dict[str, str] | None:
+        # Through `sinfo -n NODE`, which asks slurmctld for that node alone
+        # (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
+        # and filters it in the client, and a prolog or epilog must not read the node list.
         sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.
@@ -399,7 +383,7 @@ class Slurm:
             raise
 
     def reboot(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         # ASAP: drain now, reboot once the node's jobs are gone. nextstate=DOWN keeps
         # the node out of service after the boot, with our reason (Slurm appends
         # "reboot complete"), until a health check passes and slurm-hooks resumes it:
@@ -420,31 +404,31 @@ class Slurm:
             raise
 
     def drain(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}")
 
     def drain_with_cause(self, node: str, reason: str, cause: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}", f"{CAUSE_FIELD.lower()}={cause}")
 
     def release(self, node: str, state: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         # An empty value empties the field (no value at all would leave it as it is).
         self._run("update", f"nodename={node}", f"state={state.lower()}", f"{CAUSE_FIELD.lower()}=")
 
     def undrain(self, node: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         # UNDRAIN (22.05+) only clears the drain flag: unlike RESUME it never brings a
         # DOWN node up nor cancels a pending reboot.
         self._run("update", f"nodename={node}", "state=undrain")
 
     def resume(self, node: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         # Only for a node that is DOWN by our own doing (our reboot's nextstate=DOWN).
         self._run("update", f"nodename={node}", "state=resume")
 
     def set_down(self, node: str, reason: str) -> None:
-        self._primed.pop(node, None)
+        self.changing(node)
         # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
         # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
         self._run("update", f"nodename={node}", "state=down", f"reason={reason}")

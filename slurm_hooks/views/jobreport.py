@@ -39,6 +39,7 @@ import shutil
 import sys
 import time
 
+from .. import TYPE_CHECKING
 from ..checks.stuck_tasks import read_task_memory, syscall_of
 from ..core.reason import printable
 from ..core.records import asdict, dataclass, field
@@ -47,7 +48,6 @@ from ..host.jobs import JobRef, of_pid
 from ..host.mounts import MountTable, parse_mountinfo
 from ..host.runner import DONE, PYSPY_STATE, Runner, Task
 
-TYPE_CHECKING = False          # not typing's: importing typing costs milliseconds
 if TYPE_CHECKING:
     from ..core.state import StateStore
 
