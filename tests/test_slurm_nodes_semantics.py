@@ -14,7 +14,11 @@ import yaml
 from helpers import SLURM_HOOKS, STUCK_WRITER, journal, ours, write_node_configs
 from helpers import manual_healthcheck as healthcheck
 
-pytestmark = [pytest.mark.cluster, pytest.mark.per_backend]
+# The backends' own reading of node states and reasons runs once per backend; the
+# reboot's course and Slurm's generic reasons after a job are decisions, run once per
+# Slurm version (the calls they make are the contract's, tests/test_slurm_contract.py,
+# which runs each against both backends).
+pytestmark = [pytest.mark.cluster]
 INTERVAL, GRACE = 3, 2
 
 
@@ -45,6 +49,7 @@ def reboot_program(tmp_path):
     return prog, marker
 
 
+@pytest.mark.per_backend
 def test_node_states_not_ours_are_left_alone(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
     failing = {"filesystems": [{"path": str(hung_mount.path)}],
@@ -177,6 +182,7 @@ def test_a_fault_that_survives_the_reboot_leaves_the_node_down(clean_cluster, hu
     cluster.wait_for(lambda: cluster.node_state("n2") == "IDLE", 20, what="n2 back in service")
 
 
+@pytest.mark.per_backend
 def test_kill_task_failed_is_matched_by_prefix(clean_cluster, hung_mount, tmp_path):
     """Slurm 25.05 and later write `Kill task failed (JobId=N StepId=S)`."""
     cluster = clean_cluster
