@@ -883,7 +883,12 @@ class SlurmCluster:
             if not d.wait(15):
                 d.send(signal.SIGKILL)
                 d.wait(5)
-        time.sleep(1.2)      # boot times have 1 s resolution: after the request's
+        # slurmctld takes the reboot as done only for a boot time (whole seconds: now less
+        # sysinfo's uptime, rounded up) after the moment it issued the reboot, which may
+        # be just before this call (RebootProgram ran at once). The new boot clock
+        # starts at up to 1 s and is read up to 1 s high, and the seconds are cut: 3.5 s
+        # puts the reported boot time after the issue in every case.
+        time.sleep(3.5)
         with open("/proc/uptime") as f:
             uptime = int(float(f.read().split()[0]))
         unshare = shutil.which("unshare", path=_search_path())
