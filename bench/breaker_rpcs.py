@@ -51,22 +51,19 @@ def _round(c, nodes, conf_dir: Path, tmp: Path) -> tuple[dict, collections.Count
 
 
 def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path) -> list[dict]:
-    import yaml
+    from helpers import write_node_configs
     from slurmcluster import SlurmCluster
     out = []
     root = tmp / f"{backend or 'auto'}-{time.monotonic_ns()}"
     with SlurmCluster(root / "slurm", nodes=NODES, start_timeout=180.0, cluster_name="hooksrpc", prefix=prefix) as c:
         c.backend = backend
         conf_dir = root / "conf"
-        conf_dir.mkdir()
-        for node in NODES:
-            (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
-                "state_dir": str(root / "state"), "journal": str(root / f"journal-{node}.jsonl"),
-                "slurm": c.hooks_slurm(timeout=20),
-                "filesystems": [{"path": str(root / "absent" / "scratch"), "mountpoint": str(root / "absent")}],
-                "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
-                "prometheus_textfile_dir": None, "syslog": False,
-                "policy": {"max_drained_nodes": LIMIT, "max_drained_fraction": 0}}))
+        write_node_configs(root, c, {}, {
+            "slurm": c.hooks_slurm(timeout=20),
+            "filesystems": [{"path": str(root / "absent" / "scratch"), "mountpoint": str(root / "absent")}],
+            "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
+            "prometheus_textfile_dir": None, "syslog": False,
+            "policy": {"max_drained_nodes": LIMIT, "max_drained_fraction": 0}})
         nodes = NODES[:runs]
         for name in ("round 1: from none drained", "round 2: at the limit"):
             spent, outcomes = _round(c, nodes, conf_dir, root)

@@ -753,6 +753,14 @@ class SlurmCluster:
         self.wait_for(lambda: self.scontrol("ping", check=False, timeout=10).returncode == 0,
                       timeout, what="slurmctld to answer ping")
 
+    def _stop_slurmd(self, node: str) -> None:
+        d = self._slurmd.get(node)
+        if d is not None and d.alive():
+            d.send(signal.SIGTERM)
+            if not d.wait(15):
+                d.send(signal.SIGKILL)
+                d.wait(5)
+
     def _start_slurmd(self, node: str) -> None:
         self._slurmd[node] = _Daemon(
             node, [self._bins["slurmd"], "-D", "-N", node], self.env,
@@ -852,12 +860,7 @@ class SlurmCluster:
         self.wait_for(lambda: time.strftime("%Y-%m-%dT%H:%M:%S") not in before.values(),
                       2, interval=0.05, what="next second")
         for n in nodes:
-            d = self._slurmd.get(n)
-            if d is not None and d.alive():
-                d.send(signal.SIGTERM)
-                if not d.wait(15):
-                    d.send(signal.SIGKILL)
-                    d.wait(5)
+            self._stop_slurmd(n)
         for n in nodes:
             self._start_slurmd(n)
 
@@ -877,12 +880,7 @@ class SlurmCluster:
         (from sysinfo(2)'s uptime) later than the reboot request.  The new slurmd
         runs in a time namespace whose boot clock starts at about zero, so it
         reports a boot time of now; nothing else about the host changes."""
-        d = self._slurmd.get(node)
-        if d is not None and d.alive():
-            d.send(signal.SIGTERM)
-            if not d.wait(15):
-                d.send(signal.SIGKILL)
-                d.wait(5)
+        self._stop_slurmd(node)
         # slurmctld takes the reboot as done only for a boot time (whole seconds: now less
         # sysinfo's uptime, rounded up) after the moment it issued the reboot, which may
         # be just before this call (RebootProgram ran at once). The new boot clock

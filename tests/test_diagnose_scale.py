@@ -12,7 +12,7 @@ import time
 
 import pytest
 import yaml
-from helpers import BIN, NODE_RPCS, SLURM_HOOKS, healthchecks_at_once, lock_ranks, sdiag_counts
+from helpers import BIN, NODE_RPCS, SLURM_HOOKS, healthchecks_at_once, lock_ranks, sdiag_counts, write_node_configs
 
 pytestmark = [pytest.mark.cluster, pytest.mark.scale]
 
@@ -54,15 +54,12 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
     cluster = cluster32
     limit = 3
     conf_dir = tmp_path / "conf"
-    conf_dir.mkdir()
-    for node in cluster.nodes:
-        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
-            "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-            "slurm": cluster.hooks_slurm(timeout=20),
-            "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read"}],
-            "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
-            "prometheus_textfile_dir": None, "syslog": False,
-            "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
+    write_node_configs(tmp_path, cluster, {}, {
+        "slurm": cluster.hooks_slurm(timeout=20),
+        "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read"}],
+        "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
+        "prometheus_textfile_dir": None, "syslog": False,
+        "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}})
     cluster.run("sdiag", "-r")
     before = sdiag_counts(cluster)
     # Started at the same moment, as slurmd starts HealthCheckProgram without CYCLE.
@@ -136,16 +133,13 @@ def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_b
     limit = 3
     nodes = cluster.nodes[:16]
     conf_dir = tmp_path / "conf"
-    conf_dir.mkdir()
-    for node in nodes:
-        (conf_dir / f"{node}.yaml").write_text(yaml.safe_dump({
-            "state_dir": str(tmp_path / "state"), "journal": str(tmp_path / f"journal-{node}.jsonl"),
-            "slurm": cluster.hooks_slurm(timeout=20),
-            "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read",
-                             "recover": {"method": "fuse-abort", "wait": 1}}],
-            "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
-            "prometheus_textfile_dir": None, "syslog": False,
-            "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}}))
+    write_node_configs(tmp_path, cluster, {}, {
+        "slurm": cluster.hooks_slurm(timeout=20),
+        "filesystems": [{"path": str(hung_mount.path), "timeout": 2, "mode": "read",
+                         "recover": {"method": "fuse-abort", "wait": 1}}],
+        "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
+        "prometheus_textfile_dir": None, "syslog": False,
+        "policy": {"max_drained_nodes": limit, "max_drained_fraction": 0}})
 
     def round_of_runs():
         healthchecks_at_once(nodes, conf_dir, timeout=120)
