@@ -24,6 +24,7 @@ class _Loader:
     """The configuration loader with every check's section, as the programs load it."""
     from slurm_hooks.checks._config import iter_settings
     from slurm_hooks.checks._config import loads_config as loads
+    from slurm_hooks.core.config import ConfigError
     iter_settings = staticmethod(iter_settings)
     loads = staticmethod(loads)
 

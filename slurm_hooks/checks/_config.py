@@ -39,14 +39,21 @@ else:
 
 
 def load_config(path: str | None, **kw: Any) -> Config:
-    """core.config.load with the checks' sections."""
-    cfg: Any = config.load(path, sections=sections(), **kw)
+    """core.config.load with the checks' sections; the validator is imported only when
+    the file is not in the cache."""
+    cfg: Any = config.load(path, sections=sections(), parse=_parse, **kw)
     return cfg
 
 
+def _parse(text: bytes | str, path: str, **kw: Any) -> config.Config:
+    from ..core.config_yaml import loads
+    return loads(text, path, **kw)
+
+
 def loads_config(text: bytes | str, path: str = "<string>", **kw: Any) -> Config:
-    """core.config.loads with the checks' sections."""
-    cfg: Any = config.loads(text, path, sections=sections(), **kw)
+    """core.config_yaml.loads with the checks' sections."""
+    from ..core.config_yaml import loads
+    cfg: Any = loads(text, path, sections=sections(), **kw)
     return cfg
 
 
