@@ -122,6 +122,12 @@ class Real(Side):
         self.seen.append(job)
         return job
 
+    def keep_down(self) -> None:
+        """ReturnToService=1 for the rest of the case (the reset after it restores 2): with
+        the test cluster's 2, slurmctld returns a DOWN node to service at its next answered
+        ping, racing the case's next call."""
+        self.cluster.reconfigure(self.cluster.conf_extra + "\nReturnToService=1\n")
+
     def settle(self) -> None:
         """Until no node and no job of the case is on its way from one state to another."""
         def settled():
@@ -152,6 +158,9 @@ class Fake(Side):
 
     def srun(self, node: str) -> str:
         return self.slurm.add_job(node, user=self.user.name, uid=self.user.uid, batch=False)
+
+    def keep_down(self) -> None:
+        pass            # the fake never returns a DOWN node to service by itself
 
     def settle(self) -> None:
         pass
@@ -235,6 +244,7 @@ def test_drain_with_cause_and_release(sides):
 
 def set_down(s: Side) -> list:
     out = []
+    s.keep_down()
     s.slurm.set_down("n3", f"{P} pid 7 unkillable")
     out.append(("down", s.node("n3"), s.state("n3")))
     s.slurm.drain("n3", f"{P} pid 7 unkillable")

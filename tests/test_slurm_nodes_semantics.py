@@ -102,7 +102,9 @@ def test_reboot_keeps_the_node_down_until_a_check_after_the_boot_passes(clean_cl
     prog, marker = reboot_program(tmp_path)
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": GRACE, "sample_window": 0.5},
-        "policy": {"resume_after": 1}, "actions": {"release_after": 8}})
+        # Two passing runs to resume: a health check may run as soon as the new slurmd
+        # is up, so with one the node could be DOWN and back before this test looks.
+        "policy": {"resume_after": 2}, "actions": {"release_after": 8}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\nHealthCheckNodeState=ANY\n"
                         f"RebootProgram={prog}\nUnkillableStepTimeout=5\nReturnToService=1\nResumeTimeout=300\n")
     job = cluster.sbatch("-N1", "-w", "n3", "--requeue", "-o", "/dev/null", script=(
