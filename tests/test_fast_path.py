@@ -212,10 +212,12 @@ def test_lazy_patterns_match_as_compiled_ones():
 
 # --- what the healthy path imports -----------------------------------------------------
 
-# The standard modules whose import costs more than the rest of a healthy run, YAML, and
-# the configuration's validator (only a file not in the cache is validated).
+# The standard modules whose import costs more than the rest of a healthy run, YAML, the
+# configuration's validator (only a file not in the cache is validated) and what only a
+# run that acts needs (the spool, the ledger, the way back after a reboot).
 HEAVY = ("re", "json", "enum", "dataclasses", "inspect", "argparse", "typing", "signal", "shutil", "yaml",
-         "slurm_hooks.core.config_yaml")
+         "slurm_hooks.core.config_yaml", "slurm_hooks.act.spool", "slurm_hooks.act.ledger",
+         "slurm_hooks.act.after_reboot")
 
 
 def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):

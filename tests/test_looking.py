@@ -60,7 +60,7 @@ def declared_state() -> set[str]:
     """node/NAME.json for every state file a check, actuation, the sinks or the runner
     says it keeps."""
     from slurm_hooks.act import actuation
-    from slurm_hooks.act.ledger import LEDGER
+    from slurm_hooks.act.actuation import LEDGER
     from slurm_hooks.checks import check_class, registry
     from slurm_hooks.host import runner
     from slurm_hooks.sinks import record as sinks

@@ -2,27 +2,13 @@
 our reason after the boot (ReturnToService=1 or nextstate=DOWN) and health checks that
 pass resume it; a node Slurm still holds COMPLETING long after our request is set DOWN
 so that Slurm reboots it. The decisions read the node's state and the local record of
-the request; the caller carries the action out."""
+the request; the caller (act/actuation.py, which keeps the record and learns of a new
+boot) carries the action out."""
 from __future__ import annotations
 
 import time
 
-from .. import TYPE_CHECKING
 from ..core.behaviour import behaviour
-
-if TYPE_CHECKING:
-    from ..core.state import StateStore
-
-
-def new_boot(state: StateStore) -> bool:
-    """True once per boot: a node whose state_dir did not survive the reboot (diskless)
-    must still learn from Slurm that it is DOWN after a reboot of ours."""
-    from ..host.procfs import boot_id
-    now = boot_id()
-    if state.load("boot").get("id") == now:
-        return False
-    state.save("boot", {"id": now})
-    return True
 
 
 def after_reboot(slurm, node: str, prefix: str, reboot: dict, failing: bool, resume_after: int,

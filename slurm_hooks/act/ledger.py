@@ -1,6 +1,7 @@
-"""The ledger: job and reboot actions done, kept in local state by their incident keys
-(Action.keys), so the next run, which still sees the same stuck task, does not requeue
-again, repeat a comment or ask for a second reboot."""
+"""The ledger: job and reboot actions done, kept in local state (actuation's
+`actions-done` file) by their incident keys (Action.keys), so the next run, which
+still sees the same stuck task, does not requeue again, repeat a comment or ask for a
+second reboot."""
 from __future__ import annotations
 
 import time
@@ -9,8 +10,6 @@ from .. import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..core.model import Finding
-
-LEDGER = "actions-done"          # its state file
 
 # How long the ledger remembers an incident no finding has named. A stuck task can drop
 # out of the findings for a while (a SIGKILL wakes it for a moment and its clock

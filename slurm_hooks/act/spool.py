@@ -1,5 +1,5 @@
 """The spool: actions slurmctld did not take (unreachable, or no time left in the run)
-wait in local state for the next run, each once, oldest first, and expire after
+wait in local state (actuation's `spool` file) for the next run, each once, oldest first, and expire after
 policy.spool_max_age. A newer drain replaces a spooled one: it says more about the node
 now."""
 from __future__ import annotations
@@ -8,8 +8,6 @@ import time
 
 from ..core.model import Action
 from ..core.records import asdict
-
-SPOOL = "spool"                  # its state file
 
 
 def _identity(a) -> tuple:
