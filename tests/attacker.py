@@ -26,6 +26,9 @@ from helpers import poll
 HERE = Path(__file__).resolve().parent
 PY = "/usr/bin/python3"
 USER = "shk-mallory"
+# Users are the host's, not a session's: sessions side by side each name theirs with a
+# suffix of their own (tests/run.sh), so neither removes a user the other still runs as.
+USER_SUFFIX = os.environ.get("SLURM_HOOKS_TEST_USER_SUFFIX", "")
 
 
 def pids_of(uid: int) -> list[int]:
@@ -156,15 +159,28 @@ class Attacker:
         self.procs, self.mounts = [], []
 
 
+def _shadow_tool(argv: list[str], check: bool = True) -> None:
+    """useradd/userdel, waiting out the other session's lock on /etc/passwd."""
+    deadline = time.monotonic() + 30
+    while True:
+        r = subprocess.run(argv, capture_output=True, text=True)
+        if r.returncode == 0 or "lock" not in r.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    if check and r.returncode != 0:
+        raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
+
+
 @contextlib.contextmanager
 def unprivileged_user(name: str = USER):
-    """The user for a test session; removed (with everything of theirs) afterwards."""
+    """The user for a test session (the name with this session's USER_SUFFIX); removed
+    (with everything of theirs) afterwards."""
+    name += USER_SUFFIX
     made = False
     try:
         pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name],
-                       check=True, capture_output=True)
+        _shadow_tool(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name])
         made = True
     base = Path(tempfile.mkdtemp(prefix="shk-sec-", dir="/tmp"))
     base.chmod(0o755)
@@ -183,7 +199,7 @@ def unprivileged_user(name: str = USER):
         if fuse_mode is not None:
             os.chmod("/dev/fuse", fuse_mode)
         if made:
-            subprocess.run(["userdel", name], capture_output=True)
+            _shadow_tool(["userdel", name], check=False)
         for point in _mounts_under(base):
             subprocess.run(["umount", "-l", "-c", point], capture_output=True, timeout=10)
         time.sleep(0.1)

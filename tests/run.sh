@@ -13,7 +13,9 @@
 # once with slurm-hooks' default backend (auto: pyslurm built against that Slurm), and
 # the tests of the backends' own Slurm calls (marked per_backend) once per backend.
 # Without a source tarball those tests are skipped, with the reason.
-# SLURM_HOOKS_SLURM=distro|built|both (default both) picks the sessions.
+# SLURM_HOOKS_SLURM=distro|built|both (default both) picks the sessions. With both, the
+# two sessions run side by side, each in its own PID and mount namespaces
+# (tests/namespaced.py); SLURM_HOOKS_SIDE_BY_SIDE=no runs them one after the other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -56,15 +58,67 @@ if [ "$sessions" != distro ]; then
     fi
 fi
 status=0
+distro_session() { .venv/bin/python -m pytest "$@"; }
+built_session() {
+    # Exit 5: the pytest arguments named no Slurm-facing test, nothing to run again.
+    local rc=0
+    .venv/bin/python -m pytest "${built_args[@]}" "$@" || rc=$?
+    [ $rc -eq 5 ] && rc=0
+    return $rc
+}
+# The status of background job $1, once it has ended (a trapped signal ends `wait` early).
+finished() {
+    local rc
+    while :; do
+        wait "$1" && rc=0 || rc=$?
+        kill -0 "$1" 2>/dev/null || return $rc
+    done
+}
+if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#--slurm-prefix=}" != "${built_args[0]}" ] \
+        && [ "${SLURM_HOOKS_SIDE_BY_SIDE:-yes}" = yes ]; then
+    # The two sessions side by side, each in its own PID and mount namespaces
+    # (tests/namespaced.py): its own processes, mounts, /tmp and munged, its own TCP
+    # ports and test users. Most of a session's time is Slurm's own timers.
+    private=/var/tmp/slurm-hooks-tests
+    made=()
+    for d in /tmp /run/munge /run/slurm-hooks /var/log/slurm-hooks; do
+        [ -d "$d" ] || { mkdir -p "$d"; made+=("$d"); }
+    done
+    # Both sessions' unprivileged users mount FUSE: open /dev/fuse for the whole run, so
+    # neither session's restore closes it under the other.
+    fuse_mode=$(stat -c %a /dev/fuse 2>/dev/null || true)
+    [ -z "$fuse_mode" ] || chmod 0666 /dev/fuse
+    rm -rf "$private"
+    log="$private-built.log"
+    echo "=== the whole suite on Debian's Slurm, and beside it the Slurm-facing tests on the Slurm built from source (${built_args[*]}; its output follows the first) ==="
+    SLURM_HOOKS_TEST_PORTS=26500-32700 SLURM_HOOKS_TEST_USER_SUFFIX=-b \
+        .venv/bin/python tests/namespaced.py "$private/built" -- \
+        .venv/bin/python -m pytest "${built_args[@]}" -p no:cacheprovider "$@" > "$log" 2>&1 &
+    built_pid=$! distro_pid=
+    trap 'kill -TERM $built_pid $distro_pid 2>/dev/null' TERM INT
+    SLURM_HOOKS_TEST_PORTS=20000-26400 \
+        .venv/bin/python tests/namespaced.py "$private/distro" -- .venv/bin/python -m pytest "$@" &
+    distro_pid=$!
+    finished $distro_pid || status=$?
+    rc=0
+    finished $built_pid || rc=$?
+    [ $rc -eq 5 ] && rc=0
+    trap - TERM INT
+    echo "=== the Slurm-facing tests on the Slurm built from source (${built_args[*]}) ==="
+    cat "$log"
+    [ $status -ne 0 ] || status=$rc
+    [ -z "$fuse_mode" ] || chmod "$fuse_mode" /dev/fuse
+    for d in "${made[@]}"; do rmdir "$d" 2>/dev/null || true; done
+    rm -rf "$private" "$log"
+    exit $status
+fi
 if [ "$sessions" != built ]; then
-    .venv/bin/python -m pytest "$@" || status=$?
+    distro_session "$@" || status=$?
 fi
 if [ "$sessions" != distro ]; then
     echo "=== the Slurm-facing tests on the Slurm built from source (${built_args[*]}) ==="
-    # Exit 5: the pytest arguments named no Slurm-facing test, nothing to run again.
     rc=0
-    .venv/bin/python -m pytest "${built_args[@]}" "$@" || rc=$?
-    [ $rc -eq 5 ] && rc=0
+    built_session "$@" || rc=$?
     [ $status -ne 0 ] || status=$rc
 fi
 exit $status

@@ -257,12 +257,24 @@ def _port_is_free(port: int) -> bool:
 _rng = random.SystemRandom()     # independent of tests seeding `random`
 
 
-def free_ports(count: int, low: int = 20000, high: int = 32700) -> list[int]:
+def port_range() -> tuple[int, int]:
+    """The ports this session's clusters draw from: SLURM_HOOKS_TEST_PORTS=LOW-HIGH when
+    sessions run side by side (tests/run.sh gives each its own), else 20000-32700."""
+    given = os.environ.get("SLURM_HOOKS_TEST_PORTS", "")
+    low, sep, high = given.partition("-")
+    if given and not (sep and low.isdigit() and high.isdigit() and int(low) < int(high)):
+        raise SlurmClusterError(f"SLURM_HOOKS_TEST_PORTS={given!r}: expected LOW-HIGH, e.g. 20000-26000")
+    return (int(low), int(high)) if given else (20000, 32700)
+
+
+def free_ports(count: int, low: int | None = None, high: int | None = None) -> list[int]:
     """``count`` distinct free TCP ports below the ephemeral range.
 
     Ports are drawn below Linux' default ephemeral range (32768-60999) so a
     client socket (srun, scontrol) cannot grab one between choosing and
     binding."""
+    if low is None or high is None:
+        low, high = port_range()
     ports: list[int] = []
     for _ in range(count * 200):
         port = _rng.randrange(low, high)

@@ -1,0 +1,116 @@
+"""Run a test session in its own PID and mount namespaces, beside another session on the
+same host (tests/run.sh runs the two Slurm versions' sessions side by side this way).
+
+    python3 tests/namespaced.py PRIVATE_DIR -- COMMAND [ARG...]
+
+What would let two sessions see each other is made private to each:
+- the PID namespace: each session's health checks, leftover-process sweeps and
+  stale-daemon checks see only its own processes (the other session's stuck test tasks
+  would otherwise be stuck tasks on this session's nodes);
+- the mount namespace: each session's hung FUSE mounts, and a directory of its own
+  (under PRIVATE_DIR) bound over each path in PRIVATE: its own /tmp (pytest's basetemp,
+  and what the leftovers check watches), its own munged socket, and slurm-hooks' own
+  host paths.
+
+Shared on purpose: the cgroup hierarchies (Slurm locks its cgroup roots with flock, and
+the job ids of the two clusters differ), the users (tests/attacker.py takes a suffix
+per session), TCP ports (each session gets its own range: SLURM_HOOKS_TEST_PORTS).
+
+The command runs as a child of this script, which is PID 1 of the new namespace: it
+reaps every orphan (the checker leaves its hung children to be reaped), forwards
+SIGINT, SIGTERM, SIGHUP and SIGQUIT to the command's process group, and exits with the
+command's status. The host's mount points must exist (tests/run.sh makes them first).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+PRIVATE = ("/tmp", "/run/munge", "/run/slurm-hooks", "/var/log/slurm-hooks")
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+def private_dir(root: Path, path: str) -> Path:
+    return root / path.strip("/").replace("/", "-")
+
+
+def enter(root: Path, argv: list[str]) -> None:
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    if unshare is None:
+        sys.exit("namespaced.py: unshare(1) is missing (util-linux)")
+    missing = [p for p in PRIVATE if not os.path.isdir(p)]
+    if missing:
+        sys.exit(f"namespaced.py: make these mount points first: {', '.join(missing)}")
+    os.execv(unshare, [unshare, "--pid", "--fork", "--mount-proc", "--propagation", "private",
+                       sys.executable, os.path.abspath(__file__), "--init", str(root), "--", *argv])
+
+
+def bind_private(root: Path) -> None:
+    for path in PRIVATE:
+        own = private_dir(root, path)
+        own.mkdir(parents=True, exist_ok=True)
+        st = os.stat(path)
+        os.chown(own, st.st_uid, st.st_gid)
+        os.chmod(own, st.st_mode & 0o7777)
+        subprocess.run(["mount", "--bind", str(own), path], check=True)
+
+
+def init(root: Path, argv: list[str]) -> int:
+    if os.getpid() != 1:
+        sys.exit("namespaced.py --init runs only as PID 1 of a new PID namespace")
+    bind_private(root)
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)     # signals reach it once, through us, not also from the tty
+        for sig in FORWARDED:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            print(f"namespaced.py: {argv[0]}: {e}", file=sys.stderr)
+            os._exit(127)
+    try:
+        os.setpgid(child, child)
+    except OSError:
+        pass                 # it has exec'd already, having set it itself
+
+    def forward(signum, frame):
+        try:
+            os.killpg(child, signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return 1
+        except InterruptedError:
+            continue
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else 128 - code
+
+
+def main(args: list[str]) -> int:
+    inside = args[:1] == ["--init"]
+    if inside:
+        args = args[1:]
+    if len(args) < 3 or args[1] != "--":
+        sys.exit(__doc__.split("\n\n")[1])
+    root, argv = Path(args[0]).resolve(), args[2:]
+    if inside:
+        return init(root, argv)
+    root.mkdir(parents=True, exist_ok=True)
+    enter(root, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
