@@ -31,6 +31,11 @@ def pytest_addoption(parser):
                     "default: the whole suite on the distribution's Slurm")
     group.addoption("--slurm-missing", default=None, metavar="WHY",
                     help="the Slurm to test is not available: skip the Slurm-facing tests, saying WHY")
+    group.addoption("--host-paths", default="all", choices=("all", "without", "only"),
+                    help="the tests that take over slurm-hooks' own host paths (/etc/slurm-hooks, "
+                    "/var/log/slurm-hooks, ...: they install the packages): all, without them, or "
+                    "only them (tests/run.sh runs them after the two sessions side by side, "
+                    "whose private copies of those paths are mounts on them)")
     group.addoption("--slurm-backends", default=None,
                     help="comma-separated slurm.backend values each Slurm-facing test runs with "
                     "(default with --slurm-prefix: scontrol,pyslurm; else slurm-hooks' default, auto)")
@@ -68,11 +73,21 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("slurm_backend", backends, indirect=True)
 
 
+# The fixture of the tests that move slurm-hooks' host paths aside and install the
+# packages there (tests/test_packaging.py, tests/test_newcomer.py).
+HOST_PATHS_FIXTURE = "taken_over"
+
+
 def pytest_collection_modifyitems(config, items):
     other = _other_slurm(config)
     missing = config.getoption("--slurm-missing")
+    host_paths = config.getoption("--host-paths")
     keep, dropped = [], []
     for item in items:
+        takes_over = HOST_PATHS_FIXTURE in getattr(item, "fixturenames", ())
+        if host_paths != "all" and takes_over != (host_paths == "only"):
+            dropped.append(item)
+            continue
         facing = _slurm_facing(getattr(item, "fixturenames", ()))
         if facing:
             item.add_marker("slurm_cluster")

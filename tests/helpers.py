@@ -76,17 +76,31 @@ def journal(root: Path, node: str) -> list[dict]:
 # argv: the hung mount, a directory where it says it started.
 STUCK_WRITER = """
 import os, sys
-open(os.path.join(sys.argv[2], "started"), "w").close()
+with open(os.path.join(sys.argv[2], "started.tmp"), "w") as f:
+    f.write(str(os.getpid()))
+os.rename(os.path.join(sys.argv[2], "started.tmp"), os.path.join(sys.argv[2], "started"))
 open(os.path.join(sys.argv[1], "main_log.txt"), "a")      # never returns
 """
 
+
+def _in_d_state(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "D"
+    except (OSError, IndexError):
+        return False
+
+
 def stuck_writer_job(cluster, root: Path, hung: str, node: str = "n1") -> str:
     """A requeueable batch job on NODE whose one task is stuck in open() on `hung`;
-    returns once the task started, with the job id."""
+    returns once the task is in D (on a loaded host it may take a moment to get there),
+    with the job id."""
     (root / "writer.py").write_text(STUCK_WRITER)
     job = cluster.sbatch("-N1", "-w", node, "--requeue", "-o", "/dev/null", script=(
         f"#!/bin/sh\nsrun {sys.executable} {root}/writer.py {hung} {root}\n"))
     cluster.wait_for(lambda: (root / "started").exists(), 30, what="the job's task started")
+    pid = int((root / "started").read_text())
+    cluster.wait_for(lambda: _in_d_state(pid), 30, what=f"the job's task (pid {pid}) in D")
     return job
 
 

@@ -187,3 +187,30 @@ def test_how_a_node_s_ssh_ended_is_read_from_ssh_s_words_once():
     assert _no_answer("b3", hung, 5, "root", "").startswith("b3 did not answer: ssh: ")
     assert _no_answer("b3", refused, 5, "root", "").startswith("b3 gave no report: ssh as root failed")
     assert _no_answer("b3", said, 5, "root", "").startswith("b3 gave no report: the collector exited with status 3")
+
+
+def test_a_rank_spinning_on_a_crowded_node_is_busy_not_waiting():
+    """Ranks spinning in an all-reduce on a node with more runnable threads than CPUs get
+    less than half a CPU each, yet are runnable all the time: busy, with the share shown.
+    A rank that sleeps (little CPU, not runnable) still waits; a collector that sends no
+    runnable share is judged by CPU alone."""
+    def what(cpu, runnable=None):
+        t = task(11, "1", [thread(11, "R", ALLREDUCE, syscall="running")], cpu=cpu)
+        if runnable is not None:
+            t["runnable_percent"] = runnable
+        reports = [{"node": "n1", "job": "7", "tasks": [
+            task(10, "0", [thread(10, "D", [], syscall="write", file="/gpfs/log", fstype="gpfs",
+                                  mountpoint="/gpfs", progress=False)]), t]}]
+        d = aggregate("7", ["n1"], reports, {})
+        return d.summary.split("; ")[1], d.groups[-1].members[0].detail[0]
+
+    summary, detail = what(38.0, 97.0)
+    assert summary.startswith("rank 1 on n1 busy in allreduce"), summary
+    assert detail == "pid 11 python3, cpu 38% (97% runnable), threads 1 R", detail
+    summary, detail = what(3.0, 4.0)
+    assert summary.startswith("rank 1 on n1 waiting in allreduce"), summary
+    assert detail == "pid 11 python3, cpu 3%, threads 1 R"
+    assert what(38.0)[0].startswith("rank 1 on n1 waiting in allreduce")
+    assert what(80.0)[0].startswith("rank 1 on n1 busy in allreduce")
+    # A node's document is read like user text: a figure that is not a number is none.
+    assert what("99", "100")[0].startswith("rank 1 on n1 waiting in allreduce")

@@ -151,3 +151,28 @@ def test_a_py_spy_stuck_in_the_kernel_is_remembered_and_never_started_again(tmp_
             deadline = time.monotonic() + 10
             while os.waitpid(stuck, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
                 time.sleep(0.05)
+
+
+SPIN = "while True: pass\n"
+
+
+def test_the_cpu_sample_sees_spinners_on_one_cpu_as_runnable_all_the_time():
+    """Three processes spinning on one CPU each get about a third of it; on a CPU or in
+    its run queue they are all the time (schedstat). A sleeper is neither."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(3)]
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        for p in spinners:
+            os.sched_setaffinity(p.pid, {cpu})
+        pids = [p.pid for p in (*spinners, sleeper)]
+        sample = jobreport._cpu_sample(None, pids, 1.0)
+        for p in spinners:
+            assert sample["cpu"][str(p.pid)] < 60, sample
+            assert sample["runnable"][str(p.pid)] > 85, sample
+        assert sample["runnable"][str(sleeper.pid)] < 5, sample
+        assert sample["cpu"][str(sleeper.pid)] < 5, sample
+    finally:
+        for p in (*spinners, sleeper):
+            p.kill()
+            p.wait()

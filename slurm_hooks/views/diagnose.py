@@ -346,16 +346,28 @@ def _main_thread(task: dict) -> dict | None:
             or (threads[0] if threads else None))
 
 
+def _number(v) -> float | None:
+    """A figure of a node's document, or None: the document may come from another
+    version, or from where the job's owner has a say."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
 def behaviour(task: dict) -> tuple[tuple, str, bool, list[str]]:
     """(grouping key, what it does in words, suspicious, detail lines) of one rank."""
     threads = task.get("threads") or []
-    cpu = task.get("cpu_percent")
-    activity = "busy" if cpu is not None and cpu >= BUSY_CPU else "waiting"
+    cpu = _number(task.get("cpu_percent"))
+    # Runnable (on a CPU or queued for one) counts as busy: on a crowded node a spinning
+    # rank gets less than half a CPU. A collector of an earlier version sends no figure.
+    runnable = _number(task.get("runnable_percent"))
+    wants = max(v for v in (cpu, runnable, -1.0) if v is not None)
+    activity = "busy" if wants >= BUSY_CPU else "waiting"
     states: dict[str, int] = {}
     for t in threads:
         states[t.get("state", "?")] = states.get(t.get("state", "?"), 0) + 1
+    queued = f" ({runnable:.0f}% runnable)" if runnable is not None and cpu is not None \
+        and runnable >= BUSY_CPU > cpu else ""
     detail = [f"pid {task['pid']} {task.get('comm', '?')}, cpu "
-              f"{'?' if cpu is None else f'{cpu:.0f}%'}, threads "
+              f"{'?' if cpu is None else f'{cpu:.0f}%'}{queued}, threads "
               + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))]
     blocked = [t for t in threads if t.get("state") == "D"]
     if blocked:
@@ -457,7 +469,7 @@ def aggregate(job: str, nodes: list[str], reports: list[dict], missing: dict[str
             key, what, suspicious, detail = behaviour(t)
             g = groups.setdefault(key, Group(what=what, key=key, suspicious=suspicious))
             g.members.append(Member(node=node, rank=t.get("rank"), pid=t["pid"], comm=t.get("comm", ""),
-                                    cpu_percent=t.get("cpu_percent"), detail=detail))
+                                    cpu_percent=_number(t.get("cpu_percent")), detail=detail))
             for gu in t.get("gpus") or []:
                 gpus.append((node, gu.get("index"), gu.get("utilization"), t.get("rank")))
     _fold_caught_awake(groups)

@@ -91,6 +91,9 @@ class TaskInfo:
     local_rank: str | None = None
     cmdline: str = ""
     cpu_percent: float | None = None   # over the sample, all threads together
+    # On a CPU or waiting in a run queue for one (schedstat), over the same sample: a
+    # rank spinning on a crowded node gets little CPU but is runnable all the time.
+    runnable_percent: float | None = None
     rss_mib: float | None = None       # resident memory (psutil, in the sampling child)
     threads: list[ThreadInfo] = field(default_factory=list)
     gpus: list[dict] = field(default_factory=list)     # index, utilization, memory_used_mib, used_mib
@@ -173,29 +176,54 @@ def job_tasks(job: str, node: str, proc: str = procfs.PROC) -> list[tuple[int, J
     return out
 
 
+def _runnable_ns(pid: int) -> int | None:
+    """Nanoseconds the process's threads have spent on a CPU or waiting in a run queue
+    (/proc/PID/task/TID/schedstat: its first two fields); None where it cannot be read."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    total, read = 0, False
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                on_cpu, queued = f.read().split()[:2]
+            total += int(on_cpu) + int(queued)
+            read = True
+        except (OSError, ValueError):
+            continue
+    return total if read else None
+
+
 def _cpu_sample(progress, pids: list[int], seconds: float) -> dict:
     """In a child: {"cpu": pid -> CPU percent over `seconds` (user + system, all
-    threads), "rss_mib": pid -> resident memory}."""
+    threads), "runnable": pid -> percent of it on a CPU or queued for one,
+    "rss_mib": pid -> resident memory}."""
     import psutil
-    first, rss = {}, {}
+    first, queued, rss = {}, {}, {}
     for pid in pids:
         try:
             p = psutil.Process(pid)
             t = p.cpu_times()
             first[pid] = t.user + t.system
+            queued[pid] = _runnable_ns(pid)
             rss[str(pid)] = round(p.memory_info().rss / (1 << 20), 1)
         except psutil.Error:
             continue
     t0 = time.monotonic()
     time.sleep(seconds)
-    out = {}
+    out, runnable = {}, {}
     for pid, before in first.items():
         try:
             t = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
-        out[str(pid)] = round(100.0 * (t.user + t.system - before) / max(time.monotonic() - t0, 1e-3), 1)
-    return {"cpu": out, "rss_mib": rss}
+        took = max(time.monotonic() - t0, 1e-3)
+        out[str(pid)] = round(100.0 * (t.user + t.system - before) / took, 1)
+        now, then = _runnable_ns(pid), queued.get(pid)
+        if now is not None and then is not None and now >= then:
+            runnable[str(pid)] = round((now - then) / 1e7 / took, 1)
+    return {"cpu": out, "runnable": runnable, "rss_mib": rss}
 
 
 def _nvml(progress) -> dict:
@@ -383,6 +411,7 @@ def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
     if cpu.status == DONE:
         for pid, info in infos.items():
             info.cpu_percent = cpu.value["cpu"].get(str(pid))
+            info.runnable_percent = cpu.value.get("runnable", {}).get(str(pid))
             info.rss_mib = cpu.value["rss_mib"].get(str(pid))
     else:
         # psutil's errors name the process (`name='...'`): the user's words.
