@@ -95,7 +95,9 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
         .venv/bin/python tests/namespaced.py "$private/built" -- \
         .venv/bin/python -m pytest "${built_args[@]}" -p no:cacheprovider "$@" > "$log" 2>&1 &
     built_pid=$! distro_pid=
-    trap 'kill -TERM $built_pid $distro_pid 2>/dev/null' TERM INT
+    # Each session's PID 1 (unshare's child: unshare itself blocks SIGTERM) passes a
+    # signal on to its pytest, which then stops its cluster and mounts.
+    trap 'for p in $built_pid $distro_pid; do kill -TERM $(cat /proc/$p/task/$p/children 2>/dev/null) 2>/dev/null; done' TERM INT
     SLURM_HOOKS_TEST_PORTS=20000-26400 \
         .venv/bin/python tests/namespaced.py "$private/distro" -- \
         .venv/bin/python -m pytest --host-paths=without "$@" &

@@ -109,7 +109,8 @@ def test_names_the_rank_blocked_on_a_hung_mount(clean_cluster, hung_mount, tmp_p
     assert blocked[0]["wchan"] and blocked[0]["syscall"] == "openat"
     assert not blocked[0]["d_at_least"] and before - 1.5 <= blocked[0]["d_seconds"] <= time.time() - blocked_at + 1
     busy = next(t for t in by_node["n2"]["tasks"] if t["rank"] == "1")
-    assert busy["cpu_percent"] > 50
+    # Spinning: on a CPU, or queued for one on a crowded host, nearly all the sample.
+    assert busy["cpu_percent"] > 10 and busy["runnable_percent"] > 80, busy
     assert busy["local_rank"] == "0" and "ranks.py" in busy["cmdline"]
 
 
