@@ -97,7 +97,15 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     built_pid=$! distro_pid=
     # Each session's PID 1 (unshare's child: unshare itself blocks SIGTERM) passes a
     # signal on to its pytest, which then stops its cluster and mounts.
-    trap 'for p in $built_pid $distro_pid; do kill -TERM $(cat /proc/$p/task/$p/children 2>/dev/null) 2>/dev/null; done' TERM INT
+    stopped=
+    stop_sessions() {
+        stopped=yes
+        local p
+        for p in $built_pid $distro_pid; do
+            kill -TERM $(cat "/proc/$p/task/$p/children" 2>/dev/null) 2>/dev/null || true
+        done
+    }
+    trap stop_sessions TERM INT
     SLURM_HOOKS_TEST_PORTS=20000-26400 \
         .venv/bin/python tests/namespaced.py "$private/distro" -- \
         .venv/bin/python -m pytest --host-paths=without "$@" &
@@ -112,6 +120,10 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     [ $status -ne 0 ] || status=$rc
     [ -z "$fuse_mode" ] || chmod "$fuse_mode" /dev/fuse
     rm -rf "$private" "$log"
+    if [ -n "$stopped" ]; then
+        for d in "${made[@]}"; do rmdir "$d" 2>/dev/null || true; done
+        exit 143
+    fi
     # Last, on the host itself: the tests that install the packages over slurm-hooks'
     # own paths, where the sessions had their private copies mounted.
     echo "=== the tests that take over slurm-hooks' host paths (the packages installed) ==="

@@ -59,8 +59,8 @@ def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
         "#!/bin/sh\n"
         f"srun -N3 --ntasks-per-node=1 {sys.executable} {tmp_path}/ranks.py {hung_mount.path} {barrier}\n"))
     cluster.wait_for(lambda: started(barrier, 3), 30, what="all three ranks started")
-    t0 = time.monotonic()
     enable_healthcheck(cluster, tmp_path)
+    t0 = time.monotonic()        # from the checks' start (the reconfigure is the test's)
 
     cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n1"), GRACE + 2 * INTERVAL + 5,
                      what="n1 drained")
