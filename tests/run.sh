@@ -75,7 +75,9 @@ finished() {
     done
 }
 if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#--slurm-prefix=}" != "${built_args[0]}" ] \
-        && [ "${SLURM_HOOKS_SIDE_BY_SIDE:-yes}" = yes ]; then
+        && [ "${SLURM_HOOKS_SIDE_BY_SIDE:-yes}" = yes ] \
+        && { unshare --pid --fork --mount-proc true 2>/dev/null \
+             || { echo "tests/run.sh: no PID and mount namespaces here (unshare failed): the sessions run one after the other" >&2; false; }; }; then
     # The two sessions side by side, each in its own PID and mount namespaces
     # (tests/namespaced.py): its own processes, mounts, /tmp and munged, its own TCP
     # ports and test users. Most of a session's time is Slurm's own timers.

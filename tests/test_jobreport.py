@@ -161,8 +161,10 @@ def test_the_cpu_sample_sees_spinners_on_one_cpu_as_runnable_all_the_time():
     its run queue they are all the time (schedstat). A sleeper is neither."""
     cpu = sorted(os.sched_getaffinity(0))[0]
     spinners = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(3)]
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; print(flush=True); time.sleep(600)"],
+                               stdout=subprocess.PIPE)
     try:
+        sleeper.stdout.readline()           # its interpreter's start is behind it
         for p in spinners:
             os.sched_setaffinity(p.pid, {cpu})
         pids = [p.pid for p in (*spinners, sleeper)]
@@ -176,3 +178,4 @@ def test_the_cpu_sample_sees_spinners_on_one_cpu_as_runnable_all_the_time():
         for p in (*spinners, sleeper):
             p.kill()
             p.wait()
+        sleeper.stdout.close()
