@@ -96,8 +96,13 @@ def submit(user, cluster, body: str, *args: str) -> int:
     # starts its daemons with, so beside a Slurm built from source it would run
     # Debian's srun against the other slurmctld. Its rsh launcher through this Slurm's
     # srun (a step per node, as the slurm launcher makes) is the same for both.
+    # Each "node" gets a TMPDIR of its own, as separate hosts have: Open MPI's daemons on
+    # the one host otherwise build and tear down one session directory tree together,
+    # and one's mkdir can find a directory the other removes before it looks (orte_init
+    # "mkdir ... File exists", seen with a second test session on the host).
     agent = user.write("srun-agent", f'#!/bin/sh\nhost=$1\nshift\nexec {cluster.binary("srun")} --overlap -N1 -n1 '
-                                     f'-w "$host" /bin/sh -c "$*"\n', 0o755)
+                                     f'-w "$host" /bin/sh -c "mkdir -p {user.home}/tmp-$host; '
+                                     f'export TMPDIR={user.home}/tmp-$host; $*"\n', 0o755)
     launcher = f"export OMPI_MCA_plm=rsh OMPI_MCA_plm_rsh_agent={agent}\n"
     script = user.write(f"job{user._n}.sh", f"#!/bin/sh\nexport PATH={bindir}:/usr/bin:/bin\n" + launcher + body, 0o755)
     conf = users_conf(cluster)
@@ -122,6 +127,9 @@ def mpi_job(user, cluster, fs, *args: str, env: str = "") -> tuple[int, Path]:
     except AssertionError:
         out = user.home / f"job{user._n}.out"
         raise AssertionError(out.read_text() if out.exists() else "no job output") from None
+    # The daemons on the other "nodes" keep their session directories apart (submit()).
+    assert all(any((user.home / f"tmp-{n}").glob("ompi.*")) for n in ("n2", "n3")), \
+        sorted(p.name for p in user.home.iterdir())
     return job, barrier
 
 
