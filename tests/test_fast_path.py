@@ -214,10 +214,14 @@ def test_lazy_patterns_match_as_compiled_ones():
 
 # The standard modules whose import costs more than the rest of a healthy run, YAML, the
 # configuration's validator (only a file not in the cache is validated) and what only a
-# run that acts needs (the spool, the ledger, the way back after a reboot).
+# run that acts needs (the spool, the ledger, the way back after a reboot), what only a
+# run that saw a task in D needs (its diagnosis and what that reads), and a check the
+# health check does not run (its metrics table is of the checks that ran).
 HEAVY = ("re", "json", "enum", "dataclasses", "inspect", "argparse", "typing", "signal", "shutil", "yaml",
          "slurm_hooks.core.config_yaml", "slurm_hooks.act.spool", "slurm_hooks.act.ledger",
-         "slurm_hooks.act.after_reboot")
+         "slurm_hooks.act.after_reboot", "slurm_hooks.checks._stuck_diagnosis", "slurm_hooks.host.waits",
+         "slurm_hooks.host.syscalls", "slurm_hooks.host.jobs", "slurm_hooks.checks.leftovers",
+         "slurm_hooks.decide.policy", "slurm_hooks.decide.correlate")
 
 
 def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
@@ -225,10 +229,11 @@ def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
     config from the cache: none of the standard modules whose import cost more than the
     rest of the run. (A failing run may import anything it needs.)"""
     (tmp_path / "fs").mkdir()
+    (tmp_path / "prom").mkdir(mode=0o755)
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
                                    "filesystems": [{"path": str(tmp_path / "fs")}, {"path": "/dev/shm"}],
-                                   "prometheus_textfile_dir": None}))
+                                   "prometheus_textfile_dir": str(tmp_path / "prom")}))
     code = ("import sys\n"
             "from slurm_hooks import cli\nfrom slurm_hooks.core import config\n"
             # the validated-configuration cache in a scratch directory, not the host's /run
@@ -242,6 +247,47 @@ def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
                            timeout=60)
         assert "result: HEALTHY" in r.stdout, (r.stdout, r.stderr)
         assert r.stderr.strip().splitlines()[-1] == "[] 0", (how, r.stderr)
+    assert "slurm_hooks_check_status" in (tmp_path / "prom" / "slurm_hooks_testnode.prom").read_text()
+
+
+def _state_files(directory) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in directory.glob("*.json")}
+
+
+def test_healthy_runs_rewrite_only_the_state_that_changed(tmp_path):
+    """A healthy health check rewrites the metrics state (its last success, which its
+    textfile shows) and nothing else it kept; a healthy prolog, which writes no textfile
+    and took no action, writes no state file at all. Each rewrite is a file created and
+    renamed on the node's disk, on every run or every job start."""
+    (tmp_path / "fs").mkdir()
+    (tmp_path / "prom").mkdir(mode=0o755)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
+                                   "filesystems": [{"path": str(tmp_path / "fs")}],
+                                   "prometheus_textfile_dir": str(tmp_path / "prom")}))
+    code = ("import sys\n"
+            "from slurm_hooks import cli\nfrom slurm_hooks.core import config\n"
+            f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None, None, None)\n"
+            "sys.exit(getattr(cli, sys.argv[1])())\n")
+    env = {"SLURMD_NODENAME": "testnode", "SLURM_HOOKS_CONFIG": str(cfg)}
+    job = dict(env, SLURM_JOB_ID="7", SLURM_JOB_UID="0", SLURM_JOB_USER="root",
+               SLURM_SCRIPT_CONTEXT="prolog_slurmd")
+
+    def run(entry, environ):
+        r = subprocess.run([sys.executable, "-I", "-c", code, entry], env=environ, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, (entry, r.stdout, r.stderr)
+
+    state = tmp_path / "state" / "testnode"
+    run("healthcheck_main", env)
+    run("healthcheck_main", env)            # the memory check's first look is behind it
+    before = _state_files(state)
+    assert {"metrics.json", "memory.json"} <= set(before), before
+    run("prolog_main", job)
+    assert _state_files(state) == before
+    run("healthcheck_main", env)
+    after = _state_files(state)
+    assert {k for k in after if after[k] != before.get(k)} == {"metrics.json"}
 
 
 # --- probes started before the /proc scan ----------------------------------------------

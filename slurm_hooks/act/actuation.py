@@ -46,12 +46,13 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     another health check run beside this one (NHC) failed, so nothing is resumed.
     `open_backend(cfg.slurm, deadline)`: how the run reaches Slurm (slurm.connect's by
     default; a test hands in slurm/fake.py's `FakeSlurm.open`)."""
-    from ..decide import policy
-    counts = state.load("failures")
-    new_counts, waiting = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
-    policy.hold_back(waiting)
-    if new_counts != counts:
-        state.save("failures", new_counts)
+    counts = new_counts = state.load("failures")
+    if counts or any(f.severity == FAIL for f in findings):     # else nothing to count or reset
+        from ..decide import policy
+        new_counts, waiting = policy.hysteresis(findings, counts, cfg.policy.failures_to_drain)
+        policy.hold_back(waiting)
+        if new_counts != counts:
+            state.save("failures", new_counts)
     run = behaviour(hook)
     drain = state.load("drain")
     spooled = state.load(SPOOL, list)
@@ -65,6 +66,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
 
     from ..core.model import Action
     from ..core.outcomes import Code, Outcome
+    from ..decide import policy
     from . import after_reboot, spool
     from . import ledger as ledger_of
     from .actions import execute

@@ -25,7 +25,9 @@ from ..core.model import STUCK_TASK, WARN, Finding
 from ..core.records import dataclass
 from ..host import procfs
 from ..host.jobs import of_pid
-from .stuck_tasks import STUCK_SERIES, StuckTasksCheck, stuck_samples
+from .stuck_tasks import NAME as STUCK_TASKS
+from .stuck_tasks import STUCK_SERIES, stuck_samples
+from .stuck_tasks import settings as stuck_settings
 
 if TYPE_CHECKING:
     from ..core.config import Config
@@ -103,7 +105,9 @@ class LeftoversCheck:
         if not pids:
             return []
         time.sleep(SETTLE)
-        stuck_check = StuckTasksCheck(self.proc)
+        from ._stuck_diagnosis import Diagnosis
+        # Diagnosed exactly as the stuck-task check does, with its settings.
+        diagnosis = Diagnosis(STUCK_TASKS, stuck_settings(ctx.config), self.proc)
         out = []
         for pid in pids:
             samples = [s for s in (procfs.sample(pid, int(t), self.proc) for t in _tids(self.proc, pid))
@@ -112,8 +116,8 @@ class LeftoversCheck:
                 continue                      # it ended meanwhile
             stuck = [s for s in samples if s.state == "D"]
             if stuck:
-                for d in stuck_check.diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
-                    f = stuck_check.finding(ctx, d, after_end=True)
+                for d in diagnosis.diagnose(ctx, {pid: [(s, 0.0) for s in stuck]}, {}):
+                    f = diagnosis.finding(ctx, d, after_end=True)
                     if f is not None:
                         # The node's only where proven: otherwise it stays the job's.
                         f.check = NAME

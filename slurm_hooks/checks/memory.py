@@ -164,7 +164,9 @@ class MemoryCheck:
         from ..host.procfs import boot_id
         boot = boot_id()
         saved = ctx.state.load(STATE)
-        ctx.state.save(STATE, {"boot": boot, "oom_kills": kills}, durable=False)
+        now = {"boot": boot, "oom_kills": kills}
+        if saved != now:        # most runs see no new kill: no file written
+            ctx.state.save(STATE, now, durable=False)
         if saved.get("boot") != boot or not isinstance(saved.get("oom_kills"), int):
             return 0
         return max(0, kills - saved["oom_kills"])

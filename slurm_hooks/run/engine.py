@@ -15,7 +15,7 @@ import time
 from .. import TYPE_CHECKING
 from ..checks import Context, for_hook, run_checks
 from ..core.config import node_name
-from ..core.model import CheckRun, RunRecord
+from ..core.model import OK, CheckRun, RunRecord
 from ..core.state import state_dir
 
 if TYPE_CHECKING:
@@ -86,9 +86,13 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
 
 
 def _correlate(runs: list[CheckRun]) -> None:
-    """Join findings of different checks that explain each other (decide/correlate.py)."""
-    from ..decide.correlate import correlate
+    """Join findings of different checks that explain each other (decide/correlate.py).
+    What explains what is a problem (a warning or a failure): a run of nothing but OK
+    findings has nothing to join, and a healthy run does not import the joiners."""
     everything = [f for c in runs for f in c.findings]
+    if all(f.severity == OK for f in everything):
+        return
+    from ..decide.correlate import correlate
     kept = {id(f) for f in correlate(everything)}
     for c in runs:
         c.findings = [f for f in c.findings if id(f) in kept]

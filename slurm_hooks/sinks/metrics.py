@@ -52,19 +52,22 @@ _TAIL = {
 _help: dict[str, tuple[str, str]] | None = None
 
 
-def help_table() -> dict[str, tuple[str, str]]:
-    """Every series: name -> (type, help), the checks' own included. Built when the
-    metrics are written, not when this module is imported: that imports every check,
-    which a prolog that writes no metrics has no use for."""
+def help_table(checks: list[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Series name -> (type, help): of every check, or of the `checks` named (the ones a
+    run's record holds, the only ones with samples). Built when the metrics are written,
+    not when this module is imported: every check's table imports every check, which a
+    run has no use for beyond the checks it ran."""
     global _help
-    if _help is None:
-        from ..checks import check_class, names
-        out = dict(_HEAD)
-        for name in names():
-            out.update(check_class(name).series)
-        out.update(_TAIL)
+    if checks is None and _help is not None:
+        return _help
+    from ..checks import check_class, names
+    out = dict(_HEAD)
+    for name in (names() if checks is None else checks):
+        out.update(check_class(name).series)
+    out.update(_TAIL)
+    if checks is None:
         _help = out
-    return _help
+    return out
 
 
 def __getattr__(name: str):
@@ -84,7 +87,7 @@ def _labels(labels: dict) -> str:
 def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None,
            recoveries: dict | None = None) -> str:
     node, hook = record.node, record.hook
-    table = help_table()
+    table = help_table([c.name for c in record.checks])
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in table}
 
     def add(name, value, **labels):

@@ -27,7 +27,9 @@ def record_and_show(cfg: Config, record: RunRecord, as_json: bool) -> None:
 def record_run(cfg: Config, record: RunRecord) -> None:
     """The sinks: journal (a run line and a line per action), syslog, Prometheus."""
     from .journal import append
-    metrics_ok = _metrics_directory(cfg, record)
+    # A prolog or epilog writes no textfile: it only adds its actions to the counters
+    # the health check's textfile carries. Without actions it has nothing to keep.
+    metrics_ok = bool(record.actions or behaviour(record.hook).writes_metrics) and _metrics_directory(cfg, record)
     run = dict(record.to_json(), event="run")
     actions = [dict(r.to_json(), event="action", time=run["time"], node=record.node, hook=record.hook,
                     run_job=record.job) for r in record.actions]
@@ -83,8 +85,8 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
         from .metrics import update_counters, update_recoveries
         counters = update_counters(counters, record.actions)
         recoveries = update_recoveries(recoveries, record.actions)
-    if record.status != UNHEALTHY:
-        last_success[record.hook] = record.started
+    if record.status != UNHEALTHY and behaviour(record.hook).writes_metrics:
+        last_success[record.hook] = record.started      # only a textfile shows it
     new = {"actions": counters, "last_success": last_success}
     if recoveries:
         new["recoveries"] = recoveries

@@ -7,7 +7,7 @@ when a task of the job is stuck in the kernel, so it reads from its own process 
 what the kernel answers without the target's memory (stat, status, wchan, syscall, fd
 links: host/procfs.py) and leaves everything else to children with deadlines (host/runner.py):
 
-- the environment (for the rank) and the command line: stuck_tasks.read_task_memory,
+- the environment (for the rank) and the command line: _stuck_diagnosis.read_task_memory,
   anonymous memory only, each read bounded;
 - CPU time over a short sample and resident memory: psutil, in a child (psutil reads
   /proc files too, but a library is no place to guess which reads are safe on a
@@ -40,7 +40,7 @@ import sys
 import time
 
 from .. import TYPE_CHECKING
-from ..checks.stuck_tasks import read_task_memory, syscall_of
+from ..checks._stuck_diagnosis import read_task_memory, syscall_of
 from ..core.reason import printable
 from ..core.records import asdict, dataclass, field
 from ..host import procfs
