@@ -1,6 +1,6 @@
 """The healthy health check against the bare interpreter, in one alternated run.
 
-    .venv/bin/python bench/healthy_ratio.py NEW_PREFIX [OLD_PREFIX] [--runs N]
+    .venv/bin/python bench/healthy_ratio.py NEW_PREFIX [OLD_PREFIX] [--runs N] [--old-config FILE]
 
 PREFIX is an installed slurm-hooks (a virtual environment laid out by
 packaging/install.sh: PREFIX/bin/python and the four programs). Each round runs, in a
@@ -15,6 +15,8 @@ Both on a healthy machine with the shipped configuration (conf/slurm-hooks.yaml:
 check, the default filesystems /tmp and /dev/shm with write probes, network mounts
 discovered), only state_dir and journal moved into a temporary directory. Each install
 gets its own copy of the file, so their configuration caches do not evict each other.
+An older install that does not know today's settings reads its own shipped file
+(`--old-config`, e.g. `git show REV:conf/slurm-hooks.yaml`).
 Prints the medians, the CPU time (user + system, probe children included) and each
 median as a multiple of the bare interpreter's. Target: at most 3x.
 """
@@ -45,8 +47,8 @@ def once(argv: list[str], env: dict) -> tuple[float, float]:
     return took * 1000, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def shipped_config(tmp: Path, name: str) -> Path:
-    text = (ROOT / "conf" / "slurm-hooks.yaml").read_text()
+def shipped_config(tmp: Path, name: str, source: Path | None = None) -> Path:
+    text = (source or ROOT / "conf" / "slurm-hooks.yaml").read_text()
     text = re.sub(r"(?m)^state_dir: .*$", f"state_dir: {tmp}/state-{name}", text)
     text = re.sub(r"(?m)^journal: .*$", f"journal: {tmp}/journal-{name}.jsonl", text)
     path = tmp / f"{name}.yaml"
@@ -54,8 +56,8 @@ def shipped_config(tmp: Path, name: str) -> Path:
     return path
 
 
-def cases(prefix: Path, label: str, tmp: Path) -> dict[str, tuple[list[str], dict]]:
-    cfg = shipped_config(tmp, label)
+def cases(prefix: Path, label: str, tmp: Path, source: Path | None = None) -> dict[str, tuple[list[str], dict]]:
+    cfg = shipped_config(tmp, label, source)
     node = {"SLURMD_NODENAME": "bench"}
     return {
         f"{label}: slurm-hooks-healthcheck (real run)":
@@ -72,6 +74,11 @@ def main() -> None:
         i = args.index("--runs")
         runs = int(args[i + 1])
         del args[i:i + 2]
+    old_config = None
+    if "--old-config" in args:
+        i = args.index("--old-config")
+        old_config = Path(args[i + 1])
+        del args[i:i + 2]
     new = Path(args[0])
     old = Path(args[1]) if len(args) > 1 else None
     with tempfile.TemporaryDirectory() as d:
@@ -80,7 +87,7 @@ def main() -> None:
         todo = {bare: ([str(new / "bin/python"), "-I", "-S", "-c", "pass"], {})}
         todo.update(cases(new, "new", tmp))
         if old is not None:
-            todo.update(cases(old, "old", tmp))
+            todo.update(cases(old, "old", tmp, old_config))
         names = list(todo)
         wall: dict[str, list[float]] = {n: [] for n in names}
         cpu: dict[str, list[float]] = {n: [] for n in names}
