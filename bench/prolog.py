@@ -14,7 +14,9 @@ Three parts:
    included), journal and report, exit.
 3. End to end on a real Slurm cluster on loopback (tests/slurmcluster.py): wall time of
    `srun -w n1 true` without a prolog, with `Prolog=/bin/true` (what slurmd charges for
-   running any prolog), with the old and with the new slurm-hooks-prolog; rounds
+   running any prolog), with an empty program of the prologs' interpreter (`python -I
+   -S -c pass`: what any Python prolog pays), with the old and with the new
+   slurm-hooks-prolog; rounds
    alternated, the prolog switched by a file read by one wrapper, so one reconfigure
    per round. The difference to "no prolog" is what a user's job start pays.
 
@@ -143,8 +145,12 @@ def end_to_end(installs: dict[str, Path], tmp: Path, runs: int) -> None:
         conf = tmp / "conf"
         conf.mkdir()
         mode = tmp / "mode"
-        # `read`, a shell builtin: the switch itself forks nothing.
-        lines = [f'read m < "{mode}"', 'case "$m" in', "  true) exit 0 ;;"]
+        # `read`, a shell builtin: the switch itself forks nothing. `true` is the
+        # target's yardstick, Prolog=/bin/true (its exec included); `python` an empty
+        # program of the interpreter the prologs run, what any Python prolog pays.
+        python = next(iter(installs.values())) / "bin/python"
+        lines = [f'read m < "{mode}"', 'case "$m" in', "  true) exec /bin/true ;;",
+                 f"  python) exec {python} -I -S -c pass ;;"]
         for name, prefix in installs.items():
             cfg = node_config(tmp, f"{name}-cluster")
             lines.append(f'  {name}) SLURM_HOOKS_CONFIG="{cfg}" exec {prefix}/bin/slurm-hooks-prolog ;;')
@@ -152,7 +158,7 @@ def end_to_end(installs: dict[str, Path], tmp: Path, runs: int) -> None:
         wrapper = tmp / "prolog"
         wrapper.write_text("#!/bin/sh\n" + "\n".join(lines) + "\n")
         wrapper.chmod(0o755)
-        with_prolog = ["true", *installs]
+        with_prolog = ["true", "python", *installs]
         times: dict[str, list[float]] = {m: [] for m in ["none", *with_prolog]}
         for i in range(runs + 1):
             for block in (("none",), with_prolog) if i % 2 else (with_prolog, ("none",)):
@@ -168,10 +174,11 @@ def end_to_end(installs: dict[str, Path], tmp: Path, runs: int) -> None:
         none = statistics.median(times["none"])
         print(f"srun -w n1 true on the test cluster, {runs} alternated rounds: median ms (min), added to no prolog")
         for m, values in times.items():
-            label = {"none": "no prolog", "true": "Prolog=/bin/true (via the wrapper)"}.get(
-                m, f"{m} slurm-hooks-prolog")
+            label = {"none": "no prolog", "true": "Prolog=/bin/true (via the wrapper)",
+                     "python": "python -I -S -c pass (via the wrapper)"}.get(m, f"{m} slurm-hooks-prolog")
             med = statistics.median(values)
-            print(f"  {label:40s} {med:6.1f} ({min(values):5.1f})  {med - none:+6.1f}")
+            over = "" if m in ("none", "true") else f"  {med - statistics.median(times['true']):+6.1f} over /bin/true"
+            print(f"  {label:40s} {med:6.1f} ({min(values):5.1f})  {med - none:+6.1f}{over}")
     finally:
         cluster.stop()
 
