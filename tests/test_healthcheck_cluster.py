@@ -45,6 +45,10 @@ def test_slurmd_runs_healthcheck_and_drains_only_the_sick_node(clean_cluster, hu
         assert "DRAIN" not in cluster.node_state(n)
         assert all(r["status"] == "healthy" and r["node"] == n for r in journal(tmp_path, n))
 
+    # The run journals after its drain and the breaker's second look at the cluster
+    # (through pyslurm a forked child each): poll, the drain shows first.
+    cluster.wait_for(lambda: any(r["status"] == "unhealthy" for r in journal(tmp_path, "n1")),
+                     timeout=INTERVAL * 2, what="n1's unhealthy run in its journal")
     runs = journal(tmp_path, "n1")
     sick = next(r for r in runs if r["status"] == "unhealthy")
     assert sick["hook"] == "healthcheck" and sick["node"] == "n1"
