@@ -270,7 +270,8 @@ def test_healthy_runs_rewrite_only_the_state_that_changed(tmp_path):
             f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None, None, None)\n"
             "sys.exit(getattr(cli, sys.argv[1])())\n")
     env = {"SLURMD_NODENAME": "testnode", "SLURM_HOOKS_CONFIG": str(cfg)}
-    job = dict(env, SLURM_JOB_ID="7", SLURM_JOB_UID="0", SLURM_JOB_USER="root",
+    # A job of an unprivileged user, as every job on a real cluster is.
+    job = dict(env, SLURM_JOB_ID="7", SLURM_JOB_UID="65534", SLURM_JOB_USER="nobody",
                SLURM_SCRIPT_CONTEXT="prolog_slurmd")
 
     def run(entry, environ):

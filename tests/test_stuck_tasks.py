@@ -190,3 +190,34 @@ def test_the_scheduler_says_how_long_a_thread_has_not_run():
         p.kill()
         p.wait()
     assert procfs.off_cpu_seconds(p.pid, p.pid) is None        # gone: unknown, not zero
+
+
+def _stat(pid: int, comm: str, state: str, threads: int, flags: int = 0, start: int = 1000) -> str:
+    # The fields after "(comm) ": state is the first, flags the 7th, num_threads the
+    # 18th, starttime the 20th (proc(5)).
+    after = [state] + ["0"] * 49
+    after[6], after[17], after[19] = str(flags), str(threads), str(start)
+    return f"{pid} ({comm}) {' '.join(after)}\n"
+
+
+def test_the_scan_reads_a_single_threaded_process_by_its_own_stat(tmp_path):
+    """One thread: the process's own stat is its thread's, and its task directory is
+    not listed (here it has none). Several: every thread's stat, the leader's state
+    notwithstanding. Kernel threads in D are never a job's."""
+    from slurm_hooks.host.procfs import PF_KTHREAD, scan_pids
+    proc = tmp_path / "proc"
+
+    def task(pid, stat, tids=None):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(stat)
+        for tid, tstat in (tids or {}).items():
+            (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
+            (proc / str(pid) / "task" / str(tid) / "stat").write_text(tstat)
+
+    task(10, _stat(10, "writer) D x", "D", 1))                       # no task directory at all
+    task(11, _stat(11, "sleeper", "S", 1))
+    task(20, _stat(20, "trainer", "S", 3), {20: _stat(20, "trainer", "S", 3), 21: _stat(21, "loader", "S", 3),
+                                            22: _stat(22, "ckpt", "D", 3)})
+    task(30, _stat(30, "kworker/0:1", "D", 1, flags=PF_KTHREAD))
+    found = scan_pids(["10", "11", "20", "30", "99"], str(proc))
+    assert found == [[10, 10, "writer) D x", "D", 1000], [20, 22, "ckpt", "D", 1000]]

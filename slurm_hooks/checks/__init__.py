@@ -276,8 +276,7 @@ def run_checks(ctx: Context, names: list[str]) -> list[CheckRun]:
         t0 = time.monotonic()
         checks.append(load(name))
         spent[name] = time.monotonic() - t0
-    for check in checks:
-        name = check.name
+    for name, check in zip(names, checks):
         t0 = time.monotonic()
         try:
             tasks = check.tasks(ctx)
