@@ -1,6 +1,7 @@
 """The healthy health check against the bare interpreter, in one alternated run.
 
     .venv/bin/python bench/healthy_ratio.py NEW_PREFIX [OLD_PREFIX] [--runs N] [--old-config FILE]
+        [--without-probes]
 
 PREFIX is an installed slurm-hooks (a virtual environment laid out by
 packaging/install.sh: PREFIX/bin/python and the four programs). Each round runs, in a
@@ -17,6 +18,9 @@ discovered), only state_dir and journal moved into a temporary directory. Each i
 gets its own copy of the file, so their configuration caches do not evict each other.
 An older install that does not know today's settings reads its own shipped file
 (`--old-config`, e.g. `git show REV:conf/slurm-hooks.yaml`).
+With `--without-probes`, also a real run of the new install with the filesystem check
+switched off (`filesystem_defaults.enabled: false`): what the write probes (their forks,
+the fsync the parent waits for) add, and so the most that hiding them could save.
 Prints the medians, the CPU time (user + system, probe children included) and each
 median as a multiple of the bare interpreter's. Target: at most 3x.
 """
@@ -47,8 +51,11 @@ def once(argv: list[str], env: dict) -> tuple[float, float]:
     return took * 1000, (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def shipped_config(tmp: Path, name: str, source: Path | None = None) -> Path:
+def shipped_config(tmp: Path, name: str, source: Path | None = None, probes: bool = True) -> Path:
     text = (source or ROOT / "conf" / "slurm-hooks.yaml").read_text()
+    if not probes:
+        text, n = re.subn(r"(?ms)^(filesystem_defaults:.*?^  enabled: )auto$", r"\1false", text, count=1)
+        assert n == 1, "the shipped file has no filesystem_defaults.enabled: auto"
     text = re.sub(r"(?m)^state_dir: .*$", f"state_dir: {tmp}/state-{name}", text)
     text = re.sub(r"(?m)^journal: .*$", f"journal: {tmp}/journal-{name}.jsonl", text)
     path = tmp / f"{name}.yaml"
@@ -74,6 +81,9 @@ def main() -> None:
         i = args.index("--runs")
         runs = int(args[i + 1])
         del args[i:i + 2]
+    without_probes = "--without-probes" in args
+    if without_probes:
+        args.remove("--without-probes")
     old_config = None
     if "--old-config" in args:
         i = args.index("--old-config")
@@ -86,6 +96,11 @@ def main() -> None:
         bare = "bare: python -I -S -c pass"
         todo = {bare: ([str(new / "bin/python"), "-I", "-S", "-c", "pass"], {})}
         todo.update(cases(new, "new", tmp))
+        if without_probes:
+            cfg = shipped_config(tmp, "new-no-probes", probes=False)
+            todo["new: real run, filesystem check off"] = (
+                [str(new / "bin/slurm-hooks-healthcheck")],
+                {"SLURMD_NODENAME": "bench", "SLURM_HOOKS_CONFIG": str(cfg)})
         if old is not None:
             todo.update(cases(old, "old", tmp, old_config))
         names = list(todo)
