@@ -74,21 +74,40 @@ def cases(prefix: Path, label: str, tmp: Path, source: Path | None = None) -> di
     }
 
 
+def option(args: list[str], flag: str, default):
+    """The value after `flag` (removed from args with it), else default."""
+    if flag not in args:
+        return default
+    i = args.index(flag)
+    value = args[i + 1]
+    del args[i:i + 2]
+    return value
+
+
+def alternate(todo: dict[str, tuple[list[str], dict]], runs: int) -> tuple[dict, dict]:
+    """Wall and CPU ms of each case over `runs` rounds, in a rotating order so drift
+    and caches hit all alike, after 3 rounds of warm-up (caches, the first run of a boot)."""
+    names = list(todo)
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for i in range(runs + 3):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            w, c = once(*todo[name])
+            if i >= 3:
+                wall[name].append(w)
+                cpu[name].append(c)
+    return wall, cpu
+
+
 def main() -> None:
     args = sys.argv[1:]
-    runs = 40
-    if "--runs" in args:
-        i = args.index("--runs")
-        runs = int(args[i + 1])
-        del args[i:i + 2]
+    runs = int(option(args, "--runs", 40))
     without_probes = "--without-probes" in args
     if without_probes:
         args.remove("--without-probes")
-    old_config = None
-    if "--old-config" in args:
-        i = args.index("--old-config")
-        old_config = Path(args[i + 1])
-        del args[i:i + 2]
+    old_config = option(args, "--old-config", None)
+    old_config = Path(old_config) if old_config else None
     new = Path(args[0])
     old = Path(args[1]) if len(args) > 1 else None
     with tempfile.TemporaryDirectory() as d:
@@ -104,15 +123,7 @@ def main() -> None:
         if old is not None:
             todo.update(cases(old, "old", tmp, old_config))
         names = list(todo)
-        wall: dict[str, list[float]] = {n: [] for n in names}
-        cpu: dict[str, list[float]] = {n: [] for n in names}
-        for i in range(runs + 3):
-            k = i % len(names)
-            for name in names[k:] + names[:k]:
-                w, c = once(*todo[name])
-                if i >= 3:                      # warm-up: caches, the first run of a boot
-                    wall[name].append(w)
-                    cpu[name].append(c)
+        wall, cpu = alternate(todo, runs)
     base = statistics.median(wall[bare])
     base_cpu = statistics.median(cpu[bare])
     print(f"{runs} alternated rounds; median wall ms (min), CPU ms, multiple of the bare interpreter")

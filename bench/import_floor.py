@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from healthy_ratio import once, shipped_config
+from healthy_ratio import alternate, option, shipped_config
 
 
 def imported(prefix: Path, tmp: Path) -> list[str]:
@@ -72,11 +72,7 @@ def empty_tree(root: Path, names: list[str]) -> None:
 
 def main() -> None:
     args = sys.argv[1:]
-    runs = 60
-    if "--runs" in args:
-        i = args.index("--runs")
-        runs = int(args[i + 1])
-        del args[i:i + 2]
+    runs = int(option(args, "--runs", 60))
     prefix = Path(args[0])
     python = str(prefix / "bin/python")
     with tempfile.TemporaryDirectory() as d:
@@ -92,14 +88,8 @@ def main() -> None:
             "import os": [python, "-I", "-S", "-c", f"import sys; sys.path.insert(0, {str(root)!r}); import os"],
             f"import os and {len(names)} empty modules": [python, "-I", "-S", "-c", code],
         }
-        wall: dict[str, list[float]] = {n: [] for n in todo}
+        wall, _ = alternate({n: (argv, {}) for n, argv in todo.items()}, runs)
         keys = list(todo)
-        for i in range(runs + 3):
-            k = i % len(keys)
-            for name in keys[k:] + keys[:k]:
-                w, _ = once(todo[name], {})
-                if i >= 3:
-                    wall[name].append(w)
     med = {n: statistics.median(v) for n, v in wall.items()}
     print(f"{runs} alternated rounds; the healthy run imports {len(names)} of our modules "
           f"({packages} packages); median wall ms (min)")
