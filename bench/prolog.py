@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from healthy_ratio import alternate  # noqa: E402  (bench/, the script's own directory)
+
 PHASES = r"""
 import sys, time
 t0 = time.perf_counter()
@@ -97,14 +99,8 @@ def alone(installs: dict[str, Path], tmp: Path, runs: int) -> None:
     for name, prefix in installs.items():
         cases[f"{name}: slurm-hooks-prolog"] = ([str(prefix / "bin/slurm-hooks-prolog")],
                                                 prolog_env(node_config(tmp, name)))
-    times: dict[str, list[float]] = {k: [] for k in cases}
+    times, _ = alternate(cases, runs)
     names = list(cases)
-    for i in range(runs + 2):
-        k = i % len(names)
-        for name in names[k:] + names[:k]:
-            t, _ = once(*cases[name])
-            if i >= 2:
-                times[name].append(t)
     base = statistics.median(times[names[0]])
     print(f"the prolog alone, healthy, 2 paths, {runs} alternated rounds: median wall ms (min)")
     for name in names:
