@@ -72,6 +72,19 @@ def journal(root: Path, node: str) -> list[dict]:
     return [r for r in records if r.get("event") == "run"]
 
 
+def problems(runs: list[dict], slow_ok: list) -> list[dict]:
+    """What makes these run records other than healthy: their local errors and the
+    findings that are not OK, but for a `slow` probe of one of the paths in slow_ok (a
+    healthy node's scratch can take longer than a test's short warn_after when the
+    other test session loads the disk during its fsync)."""
+    paths = {str(p) for p in slow_ok}
+
+    def excused(f: dict) -> bool:
+        return f["check"] == "filesystem" and f["status"] == "slow" and f["target"] in paths
+    return [e for r in runs for e in r["local_errors"]] + \
+        [f for r in runs for c in r["checks"] for f in c["findings"] if f["severity"] != "ok" and not excused(f)]
+
+
 # --- cluster tests: a task stuck on a hung mount, a health check run by hand ------------
 # argv: the hung mount, a directory where it says it started.
 STUCK_WRITER = """
