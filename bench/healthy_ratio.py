@@ -106,8 +106,7 @@ def main() -> None:
     without_probes = "--without-probes" in args
     if without_probes:
         args.remove("--without-probes")
-    old_config = option(args, "--old-config", None)
-    old_config = Path(old_config) if old_config else None
+    old_config = Path(option(args, "--old-config", "")) if "--old-config" in args else None
     new = Path(args[0])
     old = Path(args[1]) if len(args) > 1 else None
     with tempfile.TemporaryDirectory() as d:
