@@ -79,6 +79,7 @@ class Outcome:
     step: str = ""                 # the last step the child said it was starting
     pid: int = 0
     since: float = 0.0             # wall-clock start of the (possibly earlier) child
+    reading: list = field(default_factory=list)   # files the child had open at its deadline
 
 
 @dataclass
@@ -304,12 +305,13 @@ class Runner:
                         self._close(poller, pending, fd)
                         outcomes[child.task.key] = self._finished(child)
                         continue
+                    reading = open_files(child.pid)
                     self._kill(child)
                     killed.append(child)
                     outcomes[child.task.key] = Outcome(
                         key=child.task.key, status=HUNG, pid=child.pid, step=child.step,
                         elapsed=now - child.started, since=child.started_wall,
-                        error=f"no answer within {child.task.timeout:g}s")
+                        error=f"no answer within {child.task.timeout:g}s", reading=reading)
                     self._close(poller, pending, fd)
             if not pending:
                 break
@@ -399,6 +401,26 @@ class Runner:
         for child in killed:
             if child.pid in alive and self._remember(child.task.key, child.pid, child.step, child.started_wall):
                 outcomes[child.task.key].error += "; the probe is stuck in the kernel and cannot be killed"
+
+
+def open_files(pid: int) -> list[str]:
+    """The files one of our own children has open, by their links in /proc/PID/fd,
+    read at its deadline: a child stuck reading another process's /proc file names that
+    process, at no cost to the children that answer. Our child is in no execve, so
+    these links answer."""
+    out: list[str] = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("/") and target != os.devnull:
+            out.append(target)
+    return out
 
 
 def _living(loaded: dict) -> dict[str, dict]:
