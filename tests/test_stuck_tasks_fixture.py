@@ -39,7 +39,7 @@ def task(root, pid, tid, comm, state, *, flags=0, cgroup="0::/user.slice\n", sys
     (t / "stat").write_text(line)
     (p / "stat").write_text(line)
     (p / "maps").write_text(MAPS)
-    (t / "status").write_text(f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+    (t / "status").write_text(f"Name:\t{comm}\nState:\t{state} (x)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
                               f"voluntary_ctxt_switches:\t{switches[0]}\nnonvoluntary_ctxt_switches:\t{switches[1]}\n")
     (t / "syscall").write_text(syscall + "\n")
     (t / "wchan").write_text(wchan)
@@ -99,8 +99,8 @@ def test_captured_tree(tmp_path):
         ctx = Context(cfg, "n1", state, Runner(state))
         ctx._mounts = MountTable(parse_mountinfo(MOUNTINFO))     # the captured host's own
         check = StuckTasksCheck(proc=str(proc))
-        assert check.tasks(ctx) == []
-        findings = {f.evidence["pid"]: f for f in check.findings(ctx, {})}
+        outcomes = ctx.runner.run(check.tasks(ctx))
+        findings = {f.evidence["pid"]: f for f in check.findings(ctx, outcomes)}
     finally:
         child.kill()
         child.wait()
@@ -137,6 +137,6 @@ def test_progress_between_runs_restarts_the_clock(tmp_path):
     state.save("stuck-tasks", {keys[1]: {"first_seen": time.time() - 600, "switches": [4, 1]}})
     ctx = Context(cfg, "n1", state, Runner(state))
     check = StuckTasksCheck(proc=str(proc))
-    check.tasks(ctx)
-    f = next(f for f in check.findings(ctx, {}) if f.evidence.get("pid") == 100)
+    outcomes = ctx.runner.run(check.tasks(ctx))
+    f = next(f for f in check.findings(ctx, outcomes) if f.evidence.get("pid") == 100)
     assert f.status == "watching" and f.severity == "ok"

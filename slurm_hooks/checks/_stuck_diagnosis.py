@@ -4,12 +4,21 @@ Imported only when a run sees a task in D (checks/stuck_tasks.py, checks/leftove
 a healthy run's scan finds none and never loads it, nor what it needs (host/waits.py,
 host/syscalls.py, host/jobs.py, the kernel log).
 
-Reads of a stuck task from this process are limited to files the kernel answers
-without the target's memory map (host/procfs.py). The environment (for the rank), the
-command line and path arguments live in the target's memory: a hang-safe child reads
-them, with a deadline, only inside anonymous readable mappings (a page of a file on a
-FUSE mount the user can stall would hang the reader), every read bounded, and at most
-INSPECT_STUCK_MAX such children stuck at once.
+This process reads nothing of a stuck task but its `status` and `cgroup` (host/procfs.py
+says why). Everything else is read in hang-safe children, with deadlines, each keyed by
+the process it looks at (at most one child stuck per process, ever):
+- a look (`_look`): its stat, system call, wchan, kernel stack, scheduler times, the
+  links and mount ids (fdinfo) of the descriptors its call names (never an
+  anon_inode's: an epoll's fdinfo waits on its lock) and its mount namespace;
+- one mount table per mount namespace (`_mount_view`), read whole up to 16 MiB, sent
+  back whole when it is small, else only the mounts the tasks' ids name;
+- its memory (`_inspect`): the environment (for the rank), the command line and path
+  arguments, only inside anonymous readable mappings (a page of a file on a FUSE
+  mount the user can stall would hang the reader), every read bounded, and at most
+  INSPECT_STUCK_MAX such children stuck at once;
+- the walk of a path argument (host/waits.walk).
+At most DIAGNOSE_PER_RUN processes are diagnosed per run, those not diagnosed longest
+first; the rest are counted and named in the next run.
 
 Whose the wait is comes from the kernel's own ids alone (host/waits.py): a task on its
 own user's FUSE mount, or on anything not proven to be the node's, is the job's
@@ -41,6 +50,10 @@ PATH_MAX = 4096
 MAPS_MAX = 4 << 20
 INSPECT_PER_RUN = 16        # processes whose memory one run reads
 INSPECT_STUCK_MAX = 4       # inspect children left stuck in the kernel before we stop trying
+DIAGNOSE_PER_RUN = 16       # stuck processes diagnosed per run; the rest wait for the next
+TABLES_PER_RUN = 4          # mount namespaces whose table one run reads
+TABLE_WHOLE = 4096          # a task's table up to this many mounts comes back whole
+TABLE_TIMEOUT = 5.0         # 16 MiB of mountinfo takes about 0.6 s of CPU to parse
 
 
 @dataclass
@@ -73,7 +86,17 @@ class Stuck:
     mount_dev: str = ""                 # the proven mount's device (major:minor)
     table: MountTable | None = None     # its own mount table, read whole
     table_cut: bool = False
+    table_whole: bool = False           # the whole table came back (a path can be walked through it)
+    table_count: int = 0
+    table_note: str = ""                # why the table was not read
+    addrs: list[int] = field(default_factory=list)  # path arguments' addresses in its memory
+    path: str | None = None             # the path argument, as read from its memory
     sigkill: bool = False               # a SIGKILL is pending and the task is still in D
+    mnt_ids: dict = field(default_factory=dict)     # descriptor -> the kernel's mount id (fdinfo)
+    anon: dict = field(default_factory=dict)        # descriptor -> its anon_inode link (no mount)
+    mntns: str = ""                     # its mount namespace (ns/mnt link)
+    links: dict = field(default_factory=dict)       # cwd and the dirfd's link, for people
+    look: str = "ok"                    # how the look at its /proc files went
 
 
 def _anonymous(maps: bytes) -> list[tuple[int, int]]:
@@ -227,6 +250,91 @@ def read_task_memory(progress, pid: int, proc: str = procfs.PROC, addrs: tuple =
     return _inspect(progress, pid, proc, list(addrs))
 
 
+def _look(progress, pid: int, tid: int, proc: str) -> dict:
+    """Runs in a hang-safe child: what the kernel says of one stuck thread. Each of
+    these files blocks while the task is in execve with a FUSE flush unanswered, and a
+    descriptor's fdinfo blocks on an epoll's lock: here that costs a child, not the run."""
+    out: dict = {}
+    progress("stat")
+    stat = procfs.read_small(f"{proc}/{pid}/task/{tid}/stat", size=1024)
+    parsed = procfs.parse_stat(stat) if stat else None
+    if parsed is not None:
+        out["comm"], out["state"], out["start"] = parsed
+    progress("syscall")
+    call = syscall_of(pid, tid, proc)
+    out["call"] = {"name": call.name, "nr": call.nr, "fd": call.fd, "file": call.file, "addrs": call.addrs,
+                   "fds": call.fds, "dirfd": call.dirfd}
+    progress("wchan")
+    out["wchan"] = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
+    progress("stack")
+    out["stack"] = procfs.stack(pid, tid, proc)
+    progress("sched")
+    out["blocked"] = procfs.off_cpu_seconds(pid, tid, proc)
+    progress("fdinfo")
+    mids: dict[str, int | None] = {}
+    anon: dict[str, str] = {}
+    for fd in call.fds:
+        link = procfs.readlink(f"{proc}/{pid}/fd/{fd}") or ""
+        # An epoll, eventfd or other anonymous inode is no storage, and an epoll's fdinfo
+        # waits on its lock, which another thread of the task may hold forever.
+        if link.startswith("anon_inode:"):
+            mids[str(fd)], anon[str(fd)] = None, link
+        else:
+            mids[str(fd)] = procfs.mnt_id(pid, fd, proc)
+    out["mnt_ids"], out["anon"] = mids, anon
+    progress("links")
+    out["mntns"] = procfs.readlink(f"{proc}/{pid}/ns/mnt") or ""
+    links = {"cwd": procfs.readlink(f"{proc}/{pid}/cwd") or ""}
+    if call.dirfd is not None:
+        links[f"fd/{call.dirfd}"] = procfs.readlink(f"{proc}/{pid}/fd/{call.dirfd}") or ""
+    out["links"] = links
+    return out
+
+
+def _mount_row(m, owner: int | None) -> list:
+    return [m.mount_id, m.mountpoint, m.fstype, m.source, m.options, m.super_options, m.dev, owner]
+
+
+def _mount_view(progress, pid: int, proc: str, ids: list, devs: list) -> dict:
+    """Runs in a hang-safe child: the mount table of `pid`'s namespace, read whole (up
+    to MOUNTINFO_MAX), sent back whole when it holds at most TABLE_WHOLE mounts, else only
+    the mounts `ids` and `devs` name, each with the owner the whole table gives it. A user
+    who makes 100,000 mounts costs this child, once per namespace and run, not the run."""
+    from ..host.mounts import Mount
+    progress("mountinfo")
+    data, cut = procfs.read_whole(f"{proc}/{pid}/mountinfo", procfs.MOUNTINFO_MAX)
+    progress("parse")
+    mounts = parse_mountinfo(data.decode("utf-8", "surrogateescape")) if data else []
+    table = MountTable(mounts)
+    whole = len(mounts) <= TABLE_WHOLE
+    keep: list[Mount]
+    if whole:
+        keep = mounts
+    else:
+        found = [table.by_id(i) for i in ids if isinstance(i, int)]
+        keep = [m for m in found if m is not None]
+        for dev in devs:
+            keep.extend(table.with_dev(dev)[:8])
+    return {"mounts": [_mount_row(m, table.user_owner(m)) for m in keep], "whole": whole,
+            "count": len(mounts), "cut": cut}
+
+
+def _table_from(view: dict) -> tuple[MountTable, bool, int]:
+    """(table, whole, mounts in all) from a _mount_view answer."""
+    from ..host.mounts import Mount
+    mounts, owners = [], {}
+    for row in view.get("mounts", []):
+        try:
+            m = Mount(mount_id=int(row[0]), mountpoint=str(row[1]), fstype=str(row[2]), source=str(row[3]),
+                      options=str(row[4]), super_options=str(row[5]), dev=str(row[6]))
+        except (IndexError, TypeError, ValueError):
+            continue
+        mounts.append(m)
+        owners[m.mount_id] = row[7] if isinstance(row[7], int) else None
+    whole = bool(view.get("whole"))
+    return MountTable(mounts, None if whole else owners), whole, int(view.get("count") or len(mounts))
+
+
 def rank_from(values: dict) -> str | None:
     """The global rank among read_task_memory's values, by the launchers' precedence."""
     return (values.get("RANK") or values.get("SLURM_PROCID") or values.get("OMPI_COMM_WORLD_RANK")
@@ -242,6 +350,8 @@ class Diagnosis:
         self.name = name
         self.settings = settings
         self.proc = proc
+        self.deferred: list[int] = []       # stuck processes left for the next run
+        self._inspect_stuck = 0
 
     def corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
         """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
@@ -312,11 +422,13 @@ class Diagnosis:
         return ref
 
     def diagnose(self, ctx: Context, stuck: dict, kernel: dict) -> list[Stuck]:
+        """Diagnoses the stuck processes (pid -> [(sample, seconds held)]), at most
+        DIAGNOSE_PER_RUN of them, the longest held first; `self.deferred` counts the rest."""
         results: list[Stuck] = []
-        tasks: list[Task | None] = []
         listpids = None
-        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith((f"{self.name}:inspect:", f"{self.name}:walk:")))
-        for pid, items in sorted(stuck.items()):
+        order = sorted(stuck.items(), key=lambda kv: (-max(h for _, h in kv[1]), kv[0]))
+        self.deferred = [pid for pid, _ in order[DIAGNOSE_PER_RUN:]]
+        for pid, items in order[:DIAGNOSE_PER_RUN]:
             items.sort(key=lambda x: -x[1])
             first, held = items[0]
             named = self._cgroup_ref(pid)
@@ -329,51 +441,128 @@ class Diagnosis:
                 continue                          # another slurmd's job on this host
             d = Stuck(sample=first, tids=[b.tid for b, _ in items], seconds=held, ref=ref)
             d.kernel = next((kernel[b.tid][0] for b, _ in items if b.tid in kernel), "")
-            addrs = self._syscall(d, first.pid, first.tid)
-            d.wchan = (procfs.text(f"{self.proc}/{pid}/task/{first.tid}/wchan") or "").strip()
-            d.blocked = procfs.off_cpu_seconds(pid, first.tid, self.proc)
-            d.stack = procfs.stack(pid, first.tid, self.proc)
             results.append(d)
-            if inspect_stuck >= INSPECT_STUCK_MAX:
+        if not results:
+            return results
+        looks = ctx.runner.run([Task(self._key("look", d), _look, (d.sample.pid, d.sample.tid, self.proc),
+                                     self.settings.inspect_timeout) for d in results])
+        for d in results:
+            self._apply_look(d, looks.get(self._key("look", d)))
+        self._read_memory_and_tables(ctx, results)
+        self._walk(ctx, results)
+        for d in results:
+            self._locate(ctx, d)
+        return results
+
+    def _key(self, what: str, d: Stuck) -> str:
+        return f"{self.name}:{what}:{d.sample.pid}:{d.sample.start}"
+
+    def _apply_look(self, d: Stuck, o) -> None:
+        if o is None or o.status != DONE or not isinstance(o.value, dict):
+            # Its /proc files do not answer (a task in execve with a flush unanswered):
+            # nothing read, nothing proven.
+            d.look = f"{o.status}: {o.error} (at {o.step or 'start'})" if o is not None else "not run"
+            return
+        v = o.value
+        if d.sample.start < 0 and isinstance(v.get("start"), int):
+            d.sample.start = v["start"]
+        call = v.get("call") or {}
+        d.syscall, d.syscall_nr = str(call.get("name") or ""), call.get("nr")
+        d.fds = [x for x in call.get("fds") or [] if isinstance(x, int)]
+        d.dirfd = call.get("dirfd") if isinstance(call.get("dirfd"), int) else None
+        if isinstance(call.get("fd"), int):
+            d.fd, d.file = call["fd"], str(call.get("file") or "")
+        d.addrs = [x for x in call.get("addrs") or [] if isinstance(x, int)]
+        d.wchan = str(v.get("wchan") or "")
+        d.stack = [str(x) for x in v.get("stack") or []]
+        d.blocked = v.get("blocked") if isinstance(v.get("blocked"), (int, float)) else None
+        d.mnt_ids = {int(k): m for k, m in (v.get("mnt_ids") or {}).items() if str(k).isdigit()}
+        d.anon = {int(k): str(x) for k, x in (v.get("anon") or {}).items() if str(k).isdigit()}
+        d.mntns = str(v.get("mntns") or "")
+        d.links = {str(k): str(x) for k, x in (v.get("links") or {}).items()}
+
+    def _read_memory_and_tables(self, ctx: Context, results: list[Stuck]) -> None:
+        """The memory readers and one mount table per namespace, all at once."""
+        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith((f"{self.name}:inspect:", f"{self.name}:walk:")))
+        self._inspect_stuck = inspect_stuck
+        tasks: list[Task] = []
+        for d in results:
+            if d.look != "ok":
+                d.inspect = "not read: its /proc files do not answer"
+            elif inspect_stuck >= INSPECT_STUCK_MAX:
                 d.inspect = f"not read: {inspect_stuck} earlier readers are stuck in the kernel"
-                tasks.append(None)
-            elif len([t for t in tasks if t]) >= INSPECT_PER_RUN:
+            elif sum(1 for t in tasks if ":inspect:" in t.key) >= INSPECT_PER_RUN:
                 d.inspect = f"not read: at most {INSPECT_PER_RUN} processes are read per run"
-                tasks.append(None)
             else:
-                tasks.append(Task(f"{self.name}:inspect:{pid}:{first.start}", _inspect,
-                                  (pid, self.proc, addrs), self.settings.inspect_timeout))
-        live = [t for t in tasks if t]
-        outcomes = ctx.runner.run(live) if live else {}
-        walks: list[tuple[Stuck, Task]] = []
-        for d, task in zip(results, tasks):
-            o = outcomes.get(task.key) if task is not None else None
-            path = None
+                tasks.append(Task(self._key("inspect", d), _inspect, (d.sample.pid, self.proc, d.addrs),
+                                  self.settings.inspect_timeout))
+        spaces: dict[str, list[Stuck]] = {}
+        for d in results:
+            if d.look == "ok":
+                spaces.setdefault(d.mntns or f"pid {d.sample.pid}", []).append(d)
+        views: dict[str, str | None] = {}
+        for ns, ds in list(spaces.items())[:TABLES_PER_RUN]:
+            ids = sorted({i for d in ds for i in d.mnt_ids.values() if isinstance(i, int)})
+            key = f"{self.name}:mounts:{ns}"
+            views[ns] = key
+            # The devices of the file mappings are the memory reader's to say: a page
+            # fault is placed by them, so a table sent in part keeps none of those.
+            tasks.append(Task(key, _mount_view, (ds[0].sample.pid, self.proc, ids, []), TABLE_TIMEOUT))
+        outcomes = ctx.runner.run(tasks) if tasks else {}
+        for d in results:
+            o = outcomes.get(self._key("inspect", d))
             if o is not None and o.status == DONE:
                 v = o.value
                 d.rank = rank_from(v)
                 d.cmdline = v.get("cmdline", "")
                 d.inspect = v.get("skipped") or "ok"
                 d.devs = [x for x in v.get("devs", []) if isinstance(x, str)]
-                path = next((p for p in v.get("paths", []) if p), None)
+                d.path = next((p for p in v.get("paths", []) if p), None)
             elif o is not None:
                 d.inspect = f"{o.status}: {o.error}"
-            if path and not d.file:
-                base = "root" if path.startswith("/") else ("cwd" if d.dirfd is None else f"fd/{d.dirfd}")
-                # For people only: where the path leads is the walk's to say, not this string.
-                d.file = path if base == "root" else os.path.join(
-                    procfs.readlink(f"{self.proc}/{d.sample.pid}/{base}") or "", path)
-                if inspect_stuck < INSPECT_STUCK_MAX and len(walks) < INSPECT_PER_RUN:
-                    # Never into a user's own mount: reaching it is the answer, and its
-                    # server is theirs to stall (a walk stuck there is one reader fewer).
-                    theirs = sorted(m.mount_id for m in self._table(d)
-                                    if waits.owner(m, self._table(d), ctx.mounts, d.sample.uid)[0] == "user")
-                    walks.append((d, Task(f"{self.name}:walk:{d.sample.pid}:{d.sample.start}", waits.walk,
-                                          (d.sample.pid, self.proc, base, path, theirs),
-                                          self.settings.inspect_timeout)))
+        for ns, ds in spaces.items():
+            view = views.get(ns)
+            o = outcomes.get(view) if view else None
+            for d in ds:
+                if o is not None and o.status == DONE and isinstance(o.value, dict):
+                    d.table, d.table_whole, d.table_count = _table_from(o.value)
+                    d.table_cut = bool(o.value.get("cut"))
                 else:
-                    d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"
-                              if inspect_stuck >= INSPECT_STUCK_MAX else f"at most {INSPECT_PER_RUN} per run"}
+                    d.table = MountTable([])
+                    d.table_whole = False
+                    d.table_note = (f"its mount table was not read: {o.status}: {o.error}" if o is not None
+                                    else f"its mount table was not read: at most {TABLES_PER_RUN} namespaces per run")
+        for d in results:
+            if d.table is None:
+                d.table, d.table_whole = MountTable([]), False
+                d.table_note = "its mount table was not read: its /proc files do not answer"
+
+    def _walk(self, ctx: Context, results: list[Stuck]) -> None:
+        """Resolves each path argument from the task's own root, cwd or dirfd, in children."""
+        inspect_stuck = self._inspect_stuck
+        walks: list[tuple[Stuck, Task]] = []
+        for d in results:
+            path = d.path
+            if not path or d.file:
+                continue
+            base = "root" if path.startswith("/") else ("cwd" if d.dirfd is None else f"fd/{d.dirfd}")
+            # For people only: where the path leads is the walk's to say, not this string.
+            d.file = path if base == "root" else os.path.join(d.links.get(base, ""), path)
+            table = d.table if d.table is not None else MountTable([])
+            if not d.table_whole:
+                d.walk = {"end": "not resolved", "error": d.table_note or
+                          f"its mount table holds {d.table_count} mounts: too many to walk a path through"}
+            elif inspect_stuck < INSPECT_STUCK_MAX and len(walks) < INSPECT_PER_RUN:
+                # Never into a user's own mount: reaching it is the answer, and its
+                # server is theirs to stall (a walk stuck there is one reader fewer).
+                theirs = sorted(m.mount_id for m in table
+                                if waits.owner(m, table, ctx.mounts, d.sample.uid)[0] == "user")
+                walks.append((d, Task(self._key("walk", d), waits.walk,
+                                      (d.sample.pid, self.proc, base, path, theirs),
+                                      self.settings.inspect_timeout)))
+            else:
+                d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"
+                          if inspect_stuck >= INSPECT_STUCK_MAX else f"at most {INSPECT_PER_RUN} per run"}
         if walks:
             done = ctx.runner.run([t for _, t in walks])
             for d, t in walks:
@@ -384,37 +573,23 @@ class Diagnosis:
                     # It never came back: the mount it was looking in is the one that
                     # does not answer.
                     d.walk = {"mnt_id": waits.hung_at(o.step), "end": o.status}
-        for d in results:
-            self._locate(ctx, d)
-        return results
-
-    def _syscall(self, d: Stuck, pid: int, tid: int) -> list[int]:
-        call = syscall_of(pid, tid, self.proc)
-        d.syscall, d.syscall_nr = call.name, call.nr
-        d.fds, d.dirfd = call.fds, call.dirfd
-        if call.fd is not None:
-            d.fd, d.file = call.fd, call.file
-        return call.addrs
-
-    def _table(self, d: Stuck) -> MountTable:
-        """The task's own mount table, read whole once (procfs.read_whole)."""
-        if d.table is None:
-            data, d.table_cut = procfs.read_whole(f"{self.proc}/{d.sample.pid}/mountinfo", procfs.MOUNTINFO_MAX)
-            d.table = MountTable(parse_mountinfo(data.decode("utf-8", "surrogateescape"))) if data else MountTable([])
-        return d.table
 
     def _locate(self, ctx: Context, d: Stuck) -> None:
         """Whose the place is that the task waits on, from the kernel's ids alone (host/waits.py)."""
         pid = d.sample.pid
-        table = self._table(d)
+        table = d.table if d.table is not None else MountTable([])
         cut = d.table_cut
         candidates: list[tuple] = []
         for fd in d.fds:
-            mid = procfs.mnt_id(pid, fd, self.proc)
-            candidates.append((table.by_id(mid) if mid is not None else None, f"fd {fd}: mnt_id {mid}"))
+            mid = d.mnt_ids.get(fd)
+            how = f"fd {fd}: {printable(d.anon[fd])}, no mount (its fdinfo not read)" if fd in d.anon \
+                else f"fd {fd}: mnt_id {mid}"
+            candidates.append((table.by_id(mid) if mid is not None else None, how))
         if d.walk:
             mid = d.walk.get("mnt_id")
             how = f"path resolved from the task's root: {d.walk.get('end')}, mnt_id {mid}"
+            if d.walk.get("error"):
+                how += f" ({d.walk['error']})"
             candidates.append((table.by_id(mid) if isinstance(mid, int) else None, how))
         elif d.syscall == "page fault" and d.devs:
             fams = waits.families([d.wchan] + d.stack)
@@ -422,8 +597,12 @@ class Diagnosis:
                 if m.dev in d.devs and (m.is_fuse if "fuse" in fams else (m.is_network or m.is_fuse)):
                     candidates.append((m, f"a file mapping on device {m.dev}"))
         place = waits.attribute([d.wchan] + d.stack, candidates, table, ctx.mounts, d.sample.uid)
+        if d.look != "ok":
+            place.how.append(f"its /proc files did not answer: {d.look}")
         if cut:
             place.how.append(f"its mountinfo is over {procfs.MOUNTINFO_MAX >> 20} MiB: read in part")
+        if d.table_note:
+            place.how.append(d.table_note)
         d.cause, d.how = place.cause, place.how
         if place.mount is not None:
             d.mountpoint, d.fstype, d.mount_dev = place.mount.mountpoint, place.mount.fstype, place.mount.dev

@@ -8,7 +8,7 @@ failed"). Such a process is diagnosed exactly as the stuck-task check does (syst
 call, file, mount, cause) and drains the node; a leftover not in D is only reported.
 
 Processes are found by their cgroup (this node's job_J), read from /proc/PID/cgroup,
-which is safe for any process.
+and seen through their status: both answer for any process (host/procfs.py).
 
 GPU processes (the prolog's "is this GPU free?", checks/_gpu_hooks.py) are sorted here
 too: this job's, another job's, the MPS server's, or no job's. Which of them are
@@ -110,7 +110,9 @@ class LeftoversCheck:
         diagnosis = Diagnosis(STUCK_TASKS, stuck_settings(ctx.config), self.proc)
         out = []
         for pid in pids:
-            samples = [s for s in (procfs.sample(pid, int(t), self.proc) for t in _tids(self.proc, pid))
+            # Their status alone: a leftover in execve with a flush unanswered stalls
+            # every reader of its stat (the diagnosis reads that in a child).
+            samples = [s for s in (procfs.status_sample(pid, int(t), -1, self.proc) for t in _tids(self.proc, pid))
                        if s is not None]
             if not samples:
                 continue                      # it ended meanwhile

@@ -24,6 +24,17 @@ node's: the finding says so and asks only for an action on that job
 do not prove to wait on the node's storage, devices or GPU driver (host/waits.py):
 `stuck_tasks.not_node`.
 
+The scan of /proc runs in a hang-safe child (procfs.scan_child), beside the other
+checks' probes: a task in execve with a FUSE flush its user never answers stalls every
+reader of its stat. A scan past its deadline names the process it stalled on (the file
+the child had open); that process is remembered (state `proc-stalls`, while it lives as
+the same process), reported ("the /proc scan blocked on pid N"), and read through its
+status from then on, and the scan runs again without it, at most SCAN_TRIES times a run.
+This process itself reads only the tasks' status (procfs.status_sample).
+
+The sightings kept between runs are bounded: at most STATE_THREADS threads of a process
+and STATE_PROCESSES processes, the longest stuck first.
+
 This module is what every health check runs: the scan and the bookkeeping of
 sightings. What a stuck task waits on, read with care for what its user controls, and
 its finding are checks/_stuck_diagnosis.py, imported only once a task is seen in D.
@@ -35,7 +46,7 @@ import time
 
 from .. import TYPE_CHECKING
 from ..core.config import setting, switch
-from ..core.model import OK, STUCK_TASK, Finding
+from ..core.model import OK, STUCK_TASK, WARN, Finding
 from ..core.records import dataclass
 from ..host import procfs
 from ..host.runner import DONE, Task
@@ -78,6 +89,10 @@ class StuckTasksConfig:
                             "parent, a ptrace stop, a pipe or lock, a mount no kernel id shows to be "
                             "the node's) is the job's problem: never a drain or a reboot. `comment`: "
                             "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
+    scan_timeout: float = setting(3.0, kind="seconds",
+                                  doc="Deadline of the child that scans /proc. A scan past it names the "
+                                  "process whose stat it stalled on: that process is reported and read through "
+                                  "its status from then on.")
     listpids_fallback: bool = setting(True, kind="bool",
                                       doc="Ask `scontrol listpids` which job a stuck process belongs "
                                       "to when its cgroup does not say (proctrack/linuxproc).")
@@ -94,12 +109,13 @@ def settings(cfg: Config) -> StuckTasksConfig:
 
 
 STATE = "stuck-tasks"
+STALLS = "proc-stalls"
 # Above this many threads the scan is split over forked children, one per CPU.
 PARALLEL_THREADS = 3000
-
-
-def _scan_chunk(progress, pids: list[str], proc: str) -> list:
-    return procfs.scan_pids(pids, proc)
+SCAN_TRIES = 3           # scans of one part per run, each without the processes found stalling
+STALLS_MAX = 64          # processes remembered as stalling the scan
+STATE_THREADS = 16       # sightings kept per process ...
+STATE_PROCESSES = 256    # ... and processes kept in all
 
 
 STUCK_SERIES = {"slurm_hooks_stuck_tasks": ("gauge", "Processes with a task stuck in uninterruptible sleep, per job.")}
@@ -119,7 +135,7 @@ class StuckTasksCheck:
     name = NAME
     order, hooks = ORDER, HOOKS
     roles = (STUCK_TASK,)
-    state = (STATE,)
+    state = (STATE, STALLS)
     series = STUCK_SERIES
     explain_keys = ("job", "step", "rank", "pid", "tids", "comm", "seconds", "syscall", "file", "mountpoint",
                     "fstype", "cause", "wchan", "stack", "cmdline", "kernel_log", "idle_gpu")
@@ -132,6 +148,8 @@ class StuckTasksCheck:
         self._seen_wall = 0.0
         self._scan_note = ""
         self._diagnosis: Diagnosis | None = None
+        self._stalls: dict[int, dict] = {}
+        self._parts = 1
 
     def diagnosis(self, ctx: Context) -> Diagnosis:
         """The diagnosis of stuck tasks, with this check's settings (loaded on first use)."""
@@ -140,50 +158,98 @@ class StuckTasksCheck:
             self._diagnosis = Diagnosis(NAME, settings(ctx.config), self.proc)
         return self._diagnosis
 
-    # --- phase 1: scan (runs before the other checks' children are collected) --------
+    # --- phase 1: the scan, in children started beside the other checks' probes ------
     def tasks(self, ctx: Context) -> list[Task]:
         cfg = settings(ctx.config)
         if cfg.enabled == "false":
             return []
-        found = self._scan(ctx)
-        self._seen_at, self._seen_wall = time.monotonic(), time.time()
-        if not found:
-            return []
-        ours = _own_children(ctx)
-        running = ctx.runner.running()   # this run's probes, started before the scan
-        for pid, tid, _comm, _state, start in found:
-            if (pid, start) in ours or pid in running:
-                continue                 # our own probe: its check reports it
-            s = procfs.sample(pid, tid, self.proc)
-            if s is not None and s.state == "D":
-                self._seen.append(s)
-        return []
-
-    def _scan(self, ctx: Context) -> list:
-        pids = procfs.list_pids(self.proc)
+        self._stalls = self._living_stalls(ctx)
         cpus = os.cpu_count() or 1
-        if cpus < 2 or procfs.thread_count(self.proc) < PARALLEL_THREADS:
-            return procfs.scan_pids(pids, self.proc)
-        n = min(cpus, 8)
-        chunks = [pids[i::n] for i in range(n)]
-        batch = ctx.runner.start([Task(f"{NAME}:scan:{i}", _scan_chunk, (chunk, self.proc), 10.0)
-                                  for i, chunk in enumerate(chunks[1:], 1)])
-        found = procfs.scan_pids(chunks[0], self.proc)
-        for o in ctx.runner.collect(batch).values():
-            if o.status == DONE:
-                found.extend(o.value)
-            else:
-                self._scan_note = f"part of the /proc scan failed: {o.error}"
+        self._parts = 1 if cpus < 2 or procfs.thread_count(self.proc) < PARALLEL_THREADS else min(cpus, 8)
+        return [self._scan_task(cfg, i, 0) for i in range(self._parts)]
+
+    def _scan_task(self, cfg: StuckTasksConfig, part: int, attempt: int) -> Task:
+        key = f"{NAME}:scan:{part}" + (f":{attempt}" if attempt else "")
+        return Task(key, procfs.scan_child, (self.proc, part, self._parts, frozenset(self._stalls)), cfg.scan_timeout)
+
+    def _living_stalls(self, ctx: Context) -> dict[int, dict]:
+        """The processes an earlier scan stalled on, while each is the same process."""
+        out = {}
+        for key, entry in ctx.state.load(STALLS).items():
+            try:
+                pid = int(key)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and procfs.identity(pid, self.proc) == entry.get("id"):
+                out[pid] = entry
+        return out
+
+    def _scanned(self, ctx: Context, cfg: StuckTasksConfig, outcomes: dict[str, TaskOutcome]) -> list:
+        """Every part's result; a part that stalled runs again without the process it
+        stalled on, at most SCAN_TRIES times in all."""
+        found: list = []
+        batch = {k: o for k, o in outcomes.items() if k.startswith(f"{NAME}:scan:")}
+        attempt = 0
+        while batch:
+            again = []
+            for key, o in sorted(batch.items()):
+                if o.status == DONE and isinstance(o.value, list):
+                    found.extend(o.value)
+                    continue
+                again.append(int(key.split(":")[2]))
+                pid = self._stalled_on(o.reading)
+                if pid is not None and pid in self._stalls:
+                    # Read through its status, yet it stalled a scan again: it is not
+                    # the same process after all (or status stalls too); counted.
+                    self._stalls[pid]["scans"] = int(self._stalls[pid].get("scans", 1)) + 1
+                elif pid is not None and len(self._stalls) < STALLS_MAX:
+                    self._stalls[pid] = {"id": procfs.identity(pid, self.proc), "since": time.time(), "scans": 1}
+            attempt += 1
+            if not again:
+                break
+            if attempt >= SCAN_TRIES:
+                self._scan_note = f"part of the /proc scan did not finish in {SCAN_TRIES} tries"
+                break
+            batch = ctx.runner.run([self._scan_task(cfg, part, attempt) for part in again])
         return found
+
+    def _stalled_on(self, reading: list) -> int | None:
+        """The process whose /proc file a stalled scan child had open."""
+        prefix = self.proc.rstrip("/") + "/"
+        for path in reading:
+            if path.startswith(prefix):
+                head = path[len(prefix):].split("/", 1)[0]
+                if head.isdigit():
+                    return int(head)
+        return None
 
     # --- phase 2: decide ------------------------------------------------------------
     def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         cfg = settings(ctx.config)
         if cfg.enabled == "false":
             return []
+        found = self._scanned(ctx, cfg, outcomes)
+        stalls = self._stall_findings(ctx)
+        ours = _own_children(ctx)
+        # Our own children of this run (a probe in D during its fsync) are their check's.
+        mine = {o.pid for o in outcomes.values() if o.pid} | ctx.runner.running()
+        for row in found:
+            pid, tid, _comm, _state, start = row[:5]
+            if (pid, start) in ours or pid in mine:
+                continue
+            s = procfs.status_sample(pid, tid, start, self.proc)
+            if s is not None and s.state == "D":
+                if len(row) >= 7:
+                    # The scan's own counts, from its time: the sample window started there.
+                    s.voluntary, s.involuntary = row[5], row[6]
+                self._seen.append(s)
+        self._seen_at = min((row[7] for row in found if len(row) >= 8), default=time.monotonic())
+        self._seen_wall = time.time() - (time.monotonic() - self._seen_at)
         previous = ctx.state.load(STATE)
         if not self._seen and not previous:
-            return []
+            if self._scan_note:
+                ctx.notes.append(self._scan_note)
+            return stalls
         seen = [(a, b) for a, b in self._resample(ctx, previous) if a.switches == b.switches]
         now = time.time()
         diagnosis = self.diagnosis(ctx)
@@ -205,14 +271,19 @@ class StuckTasksCheck:
                 stuck.setdefault(b.pid, []).append((b, held))
             else:
                 watching.append((b, held))
+        state = _bounded(state)
         if state or previous:
             ctx.state.save(STATE, state)
 
-        out = []
+        out = stalls
         for d in diagnosis.diagnose(ctx, stuck, kernel):
             f = diagnosis.finding(ctx, d)
             if f is not None:
                 out.append(f)
+        if diagnosis.deferred:
+            ctx.notes.append(f"{len(diagnosis.deferred)} more stuck processes are diagnosed in the next runs "
+                             f"(pids {', '.join(map(str, diagnosis.deferred[:8]))}"
+                             f"{' ...' if len(diagnosis.deferred) > 8 else ''})")
         hung = diagnosis.hung_probes(ctx, outcomes) if watching else {}
         if hung:
             watching = diagnosis.corroborated(ctx, watching, hung, kernel, out)
@@ -244,10 +315,48 @@ class StuckTasksCheck:
                 time.sleep(wait)
         out = []
         for a in self._seen:
-            b = procfs.sample(a.pid, a.tid, self.proc)
-            if b is not None and b.state == "D" and b.start == a.start:
+            b = procfs.status_sample(a.pid, a.tid, a.start, self.proc)
+            if b is not None and b.state == "D":
                 out.append((a, b))
         return out
+
+    def _stall_findings(self, ctx: Context) -> list[Finding]:
+        """One warning per process that stalls the scan; the state remembers them."""
+        from ..core.reason import printable
+        saved = ctx.state.load(STALLS)
+        now = {str(pid): e for pid, e in self._stalls.items()}
+        if now != saved:
+            ctx.state.save(STALLS, now)
+        out = []
+        for pid, e in sorted(self._stalls.items()):
+            st = procfs.parse_status(procfs.read_small(f"{self.proc}/{pid}/status") or b"")
+            comm = printable(st.get("Name", "?"))
+            uid = (st.get("Uid") or "?").split()[0]
+            since = time.strftime("%H:%M:%S", time.localtime(float(e.get("since") or time.time())))
+            ref = self.diagnosis(ctx).ref(pid, int(uid)) if uid.isdigit() else None
+            out.append(Finding(check=NAME, target=f"pid {pid}", status="scan_blocked", severity=WARN,
+                               summary=f"the /proc scan blocked on pid {pid} ({comm}, uid {uid}) since {since}: "
+                                       "its stat does not answer; read through its status since",
+                               evidence={"pid": pid, "comm": comm, "uid": uid, "since": e.get("since"),
+                                         "scans_stalled": e.get("scans", 1), "job": ref.job if ref else None},
+                               job=ref.job if ref else None))
+        return out
+
+
+def _bounded(state: dict[str, dict]) -> dict[str, dict]:
+    """At most STATE_THREADS sightings per process and STATE_PROCESSES processes, the
+    longest stuck first: a user with 100,000 threads in D does not grow the file."""
+    per: dict[str, list[tuple[str, dict]]] = {}
+    for key, entry in state.items():
+        per.setdefault(key.split("/", 1)[0], []).append((key, entry))
+    if len(per) <= STATE_PROCESSES and all(len(v) <= STATE_THREADS for v in per.values()):
+        return state
+    kept = []
+    for items in per.values():
+        items.sort(key=lambda kv: kv[1]["first_seen"])
+        kept.append(items[:STATE_THREADS])
+    kept.sort(key=lambda items: items[0][1]["first_seen"])
+    return {k: e for items in kept[:STATE_PROCESSES] for k, e in items}
 
 
 def _own_children(ctx: Context) -> set[tuple[int, int]]:

@@ -1,16 +1,21 @@
-"""Safe reads of /proc for tasks that may be stuck in the kernel.
+"""Reads of /proc for tasks that may be stuck in the kernel.
 
-Only files the kernel answers without touching the target's memory map are read here:
-stat, status, wchan, syscall, stack, cgroup, mountinfo, and readlink of fd/N and cwd.
-cmdline and environ take the target's mmap lock, which a stuck task may hold (a page
-fault on a hung filesystem does), so those are read only in a hang-safe child
-(checks/stuck_tasks.py does that through the runner).
+What the checker's own process may read of another process is only what was shown
+never to block on it (SECURITY.md, "Reading other processes"): its `status` (and each
+thread's), its `cgroup`, and the listings of /proc and /proc/PID/task. Everything else
+blocks on a task a user can arrange: `stat`, `wchan`, `syscall`, `stack`, `io`, `maps`,
+the `fd/N` and `ns/*` links wait while the task is in execve with a close-on-exec file
+whose FUSE FLUSH is never answered; `fdinfo` of an epoll whose lock another thread holds
+puts the reader in D; `cmdline`/`environ` take the mmap lock. Those are read only in
+hang-safe children (host/runner.py): the scan of /proc (scan_child), and the look at a
+stuck task (checks/_stuck_diagnosis.py).
 
 Every function takes the /proc root, so tests can point them at a captured tree.
 """
 from __future__ import annotations
 
 import os
+import time
 
 from ..core.records import dataclass
 
@@ -95,18 +100,27 @@ def parse_status(data: bytes) -> dict[str, str]:
     return out
 
 
-def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D") -> list[list]:
+def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
+              skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
     """Every thread of the given processes whose state is in `states`.
 
-    Returns [pid, tid, comm, state, start] lists (JSON-friendly: a parallel scan
-    sends them over a pipe). A process's own stat says how many threads it has: one
+    Returns [pid, tid, comm, state, start, voluntary, involuntary, when] lists
+    (JSON-friendly: the scan runs in a child and sends them over a pipe); the context
+    switches come from the task's status, `when` is CLOCK_MONOTONIC at that read.
+    A process's own stat says how many threads it has: one
     (most processes, every kernel thread) and that stat is its only thread's, so its
     task directory is not listed. Opening each task's stat relative to the task
     directory's descriptor saves a path walk per thread: with 10,000 threads the
     scan is dominated by the kernel's per-file cost.
+
+    The processes in `skip` stalled an earlier scan's read of their stat: their threads
+    are seen through `status`, which does not block, with start time -1.
     """
     found: list[list] = []
     for pid in pids:
+        if skip and int(pid) in skip:
+            found.extend(_scan_by_status(pid, proc, states))
+            continue
         data = read_small(f"{proc}/{pid}/stat", size=1024)
         if data is None:
             continue      # the process ended
@@ -117,7 +131,7 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D") -> list[l
             threads = 0
         if threads == 1:
             if data[close + 2:close + 3] in states:
-                _found(found, pid, pid, data)
+                _found(found, pid, pid, data, proc)
             continue
         try:
             tfd = os.open(f"{proc}/{pid}/task", _O | os.O_DIRECTORY)
@@ -141,16 +155,75 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D") -> list[l
                     os.close(fd)
                 close = data.rfind(b")")
                 if data[close + 2:close + 3] in states:
-                    _found(found, pid, tid, data)
+                    _found(found, pid, tid, data, proc)
         finally:
             os.close(tfd)
     return found
 
 
-def _found(found: list, pid: str, tid: str, stat: bytes) -> None:
+def _found(found: list, pid: str, tid: str, stat: bytes, proc: str = PROC) -> None:
     parsed = parse_stat(stat)
     if parsed and not is_kernel_thread(stat):
-        found.append([int(pid), int(tid), parsed[0], parsed[1], parsed[2]])
+        st = parse_status(read_small(f"{proc}/{pid}/task/{tid}/status") or b"")
+        found.append([int(pid), int(tid), parsed[0], parsed[1], parsed[2],
+                      _int(st.get("voluntary_ctxt_switches")), _int(st.get("nonvoluntary_ctxt_switches")),
+                      time.monotonic()])
+
+
+def status_state(st: dict[str, str]) -> str:
+    """The state letter of a parsed status ("D (disk sleep)" -> "D")."""
+    return st.get("State", "?")[:1] or "?"
+
+
+def _scan_by_status(pid: str, proc: str, states: bytes) -> list[list]:
+    out: list[list] = []
+    try:
+        tids = os.listdir(f"{proc}/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        st = parse_status(read_small(f"{proc}/{pid}/task/{tid}/status") or b"")
+        state = status_state(st)
+        if state.encode() in states and st.get("Kthread", "0") != "1":
+            out.append([int(pid), int(tid), st.get("Name", "?"), state, -1,
+                        _int(st.get("voluntary_ctxt_switches")), _int(st.get("nonvoluntary_ctxt_switches")),
+                        time.monotonic()])
+    return out
+
+
+def scan_child(progress, proc: str = PROC, part: int = 0, parts: int = 1,
+               skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
+    """Runs in a hang-safe child: scan_pids over every process of /proc (those whose pid
+    modulo `parts` is `part`). A read that stalls leaves the child holding that
+    process's file open: the runner reads it off the child at the deadline."""
+    pids = [p for p in list_pids(proc) if parts == 1 or int(p) % parts == part]
+    return scan_pids(pids, proc, skip=skip)
+
+
+def status_sample(pid: int, tid: int, start: int, proc: str = PROC) -> TaskSample | None:
+    """A fresh sighting of one task from its status alone (safe on any task): state,
+    name, context switches and uid; `start` is the scan's. None if it is gone."""
+    data = read_small(f"{proc}/{pid}/task/{tid}/status")
+    if data is None:
+        return None
+    st = parse_status(data)
+    try:
+        uid = int(st.get("Uid", "-1").split()[0])
+    except ValueError:
+        uid = -1
+    return TaskSample(pid=pid, tid=tid, comm=st.get("Name", "?"), state=status_state(st), start=start,
+                      voluntary=_int(st.get("voluntary_ctxt_switches")),
+                      involuntary=_int(st.get("nonvoluntary_ctxt_switches")), uid=uid)
+
+
+def identity(pid: int, proc: str = PROC) -> str | None:
+    """Who a process is, from its status alone (name, parent, uids): enough to tell that
+    a remembered pid still names the same process where its stat cannot be read."""
+    data = read_small(f"{proc}/{pid}/status")
+    if data is None:
+        return None
+    st = parse_status(data)
+    return f"{st.get('PPid', '?')}:{st.get('Uid', '?').split()[0] if st.get('Uid') else '?'}:{st.get('Name', '?')}"
 
 
 def list_pids(proc: str = PROC) -> list[str]:

@@ -1,0 +1,300 @@
+"""The checker never blocks on what a user controls (SECURITY.md, "Reading other
+processes"): each attack runs as a real unprivileged user with a real FUSE mount of
+their own, against real health checks, while a real fault elsewhere on the node must
+still be reported."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from attacker import unprivileged_user
+from helpers import SLURM_HOOKS, poll
+from mounts_fixtures import start_fuse
+
+# Each run must end well inside slurmd's 60 s; a stalled read in the checker itself never
+# ends (the old scan read every process's stat in the checker).
+RUN_LIMIT = 40
+
+
+@pytest.fixture(scope="module")
+def eve():
+    with unprivileged_user("shk-eve") as user:
+        yield user
+
+
+@pytest.fixture
+def user(eve):
+    yield eve
+    eve.cleanup()
+
+
+@pytest.fixture
+def node_hung(eve):
+    """The node's own FUSE mount (root's, allow_other) whose server never answers."""
+    m = start_fuse(eve.base / f"node-hung-{time.monotonic_ns()}", "unanswered")
+    yield m
+    m.close()
+
+
+def configure(root: Path, **extra) -> Path:
+    doc = {"state_dir": str(root / "state"), "journal": str(root / "journal.jsonl"), "syslog": False,
+           "prometheus_textfile_dir": None, "gpu": {"enabled": "false"}, "node_name": "n1",
+           "kernel_log": str(root / "kmsg"), "filesystems": [{"path": str(root)}],
+           "actions": {"report_only": True},
+           "stuck_tasks": {"grace": 0.5, "sample_window": 0.3, "inspect_timeout": 1, "scan_timeout": 2,
+                           "non_job_tasks": "warn", "listpids_fallback": False}}
+    for k, v in extra.items():
+        doc[k] = {**doc[k], **v} if isinstance(v, dict) and isinstance(doc.get(k), dict) else v
+    (root / "kmsg").write_text("")
+    path = root / "slurm-hooks.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def healthcheck(config: Path) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(config), "healthcheck", "--json"], capture_output=True,
+                       text=True, timeout=RUN_LIMIT, env={"SLURMD_NODENAME": "n1"})
+    took = time.monotonic() - t0
+    assert r.returncode in (0, 1), r.stderr
+    rec = json.loads(r.stdout)
+    rec["findings"] = [f for c in rec["checks"] for f in c["findings"]]
+    return rec, took
+
+
+def stuck_children(root: Path) -> dict:
+    path = root / "state" / "n1" / "stuck-children.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def state_of(pid: int) -> str:
+    """The state letter from status (its stat may not answer: that is the point)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("State:"):
+            return line.split()[1]
+    return "?"
+
+
+EXEC_WITH_UNANSWERED_FLUSH = """
+import os, sys
+fd = os.open(sys.argv[1] + "/held", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+os.write(fd, b"x")
+open(sys.argv[2], "w").write("exec")
+# The close-on-exec file is flushed inside execve; the user's server never answers.
+os.execv("/bin/sleep", ["sleep", "3600"])
+"""
+OPEN_HUNG = """
+import sys
+open(sys.argv[1] + "/data.bin", "rb")
+"""
+
+
+def _stat_blocks(pid: int) -> bool:
+    """Reading the task's stat does not answer (in a child of the test's, killed after 1 s)."""
+    p = subprocess.Popen(["cat", f"/proc/{pid}/stat"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        p.wait(timeout=1)
+        return False
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=5)
+        return True
+
+
+def test_a_task_in_execve_with_an_unanswered_flush_never_stalls_the_health_check(user, node_hung, tmp_path):
+    own = user.fuse("slow", "flushless", "--slow-op", "flush", "--delay", "3600")
+    try:
+        ready = user.home / "exec.ready"
+        attacker = user.python(EXEC_WITH_UNANSWERED_FLUSH, own.path, ready)
+        poll(lambda: ready.exists(), 10, what="the attacker in execve")
+        poll(lambda: _stat_blocks(attacker.pid), 10, what="its stat to stop answering")
+        # A real fault elsewhere on the node: a task of another process stuck on the node's
+        # own hung mount, and that mount's probe.
+        victim = user.python(OPEN_HUNG, node_hung.path)
+        poll(lambda: state_of(victim.pid) == "D", 10, what="the victim in D")
+        config = configure(tmp_path, filesystems=[{"path": str(tmp_path)},
+                                                  {"path": str(node_hung.path), "mode": "read", "timeout": 1}])
+
+        first, took = healthcheck(config)
+        assert took < RUN_LIMIT
+        blocked = [f for f in first["findings"] if f["status"] == "scan_blocked"]
+        assert [f["evidence"]["pid"] for f in blocked] == [attacker.pid], first["findings"]
+        assert blocked[0]["severity"] == "warn" and f"blocked on pid {attacker.pid}" in blocked[0]["summary"]
+        probe = [f for f in first["findings"] if f["target"] == str(node_hung.path)]
+        assert probe and probe[0]["severity"] == "fail", "the node's hung mount is still reported"
+        watched = [f for f in first["findings"] if f["evidence"].get("pid") == victim.pid]
+        assert watched and watched[0]["status"] in ("watching", "stuck"), "the scan went on past the attacker"
+
+        # Later runs read the attacker through its status alone: no scan waits on it again.
+        for _ in range(3):
+            again, took = healthcheck(config)
+            assert took < RUN_LIMIT
+            [f] = [f for f in again["findings"] if f["status"] == "scan_blocked"]
+            assert f["evidence"]["pid"] == attacker.pid
+            assert f["evidence"]["scans_stalled"] == 1, "a later scan waited on the stalled process again"
+            if any(f["evidence"].get("pid") == victim.pid and f["status"] == "stuck" for f in again["findings"]):
+                break
+            time.sleep(0.3)
+        stuck = [f for f in again["findings"] if f["evidence"].get("pid") == victim.pid]
+        assert stuck and stuck[0]["status"] == "stuck", again["findings"]
+        assert stuck[0]["evidence"]["mountpoint"] == str(node_hung.path), stuck[0]["evidence"]
+        assert attacker.poll() is None and _stat_blocks(attacker.pid), "the attack held throughout"
+        # Nothing of ours is left stuck on the attacker (a walk into the node's hung mount
+        # may be: that is the victim's path, the node's fault).
+        left = [k for k in stuck_children(tmp_path)
+                if k.startswith("stuck_tasks:scan") or k.split(":")[2:3] == [str(attacker.pid)]]
+        assert not left, stuck_children(tmp_path)
+    finally:
+        # Its server gone, the flush fails and the exec goes on: nothing of the test's
+        # own (fixtures that read every process's links) waits on the attacker.
+        own.close()
+
+
+EPOLL_LOCK = """
+import os, select, sys, threading, time
+mnt, ready = sys.argv[1], sys.argv[2]
+f1 = os.open(mnt + "/f", os.O_CREAT | os.O_RDWR, 0o600)
+f2 = os.open(mnt + "/f", os.O_RDWR)
+f3 = os.open(mnt + "/g", os.O_CREAT | os.O_RDWR, 0o600)
+# The server answers FLUSH with ENOSYS: the kernel sends no more flushes, so the dup2
+# below can replace a file of the mount once the server is stalled.
+os.close(os.open(mnt + "/h", os.O_CREAT | os.O_RDWR, 0o600))
+ep = select.epoll()
+open(ready, "w").write("opened")
+while not os.path.exists(ready + ".stalled"):
+    time.sleep(0.05)
+# W1 waits on the stalled server holding the file's inode lock; W2 queues on that lock
+# (D) in write(f2); A waits on the server's POLL answer holding the epoll's mutex.
+threading.Thread(target=os.write, args=(f1, b"one"), daemon=True).start()
+time.sleep(0.3)
+threading.Thread(target=os.write, args=(f2, b"two"), daemon=True).start()
+time.sleep(0.3)
+threading.Thread(target=ep.register, args=(f3, select.EPOLLIN), daemon=True).start()
+time.sleep(0.3)
+# The descriptor W2's call names is now the epoll: its fdinfo waits on that mutex.
+os.dup2(ep.fileno(), f2)
+open(ready + ".armed", "w").write(str(f2))
+time.sleep(3600)
+"""
+
+
+def _threads_in_d(pid: int) -> list[int]:
+    out = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if "State:\tD" in Path(f"/proc/{pid}/task/{tid}/status").read_text():
+                out.append(int(tid))
+        except OSError:
+            continue
+    return out
+
+
+def test_an_epoll_whose_mutex_is_held_never_puts_a_reader_of_ours_in_d(user, tmp_path):
+    own = user.fuse("errno", "pollless", "--fail-op", "flush", "--errno", "ENOSYS")
+    ready = user.home / "epoll.ready"
+    p = user.python(EPOLL_LOCK, own.path, ready)
+    poll(lambda: ready.exists() or p.poll() is not None, 10, what="the files opened")
+    own.stall()
+    Path(str(ready) + ".stalled").write_text("")
+    armed = Path(str(ready) + ".armed")
+    poll(lambda: armed.exists() or p.poll() is not None, 10, what="the epoll armed")
+    assert p.poll() is None
+    [w2] = poll(lambda: _threads_in_d(p.pid), 10, what="the queued writer in D")
+    config = configure(tmp_path)
+    found = None
+    for _ in range(6):
+        rec, took = healthcheck(config)
+        assert took < RUN_LIMIT
+        found = [f for f in rec["findings"] if f["evidence"].get("pid") == p.pid and f["status"].startswith("stuck")]
+        if found:
+            break
+        time.sleep(0.3)
+    assert found, rec["findings"]
+    [f] = found
+    ev = f["evidence"]
+    assert ev["tids"] == [w2] and ev["syscall"] == "write" and ev["fd"] == int(armed.read_text())
+    # The descriptor its call names is an epoll now: no mount, nothing proven, the job's
+    # problem; its fdinfo (which waits on the epoll's mutex) is never read.
+    assert (f["status"], f["severity"], ev["cause"]) == ("stuck_not_node", "warn", "unproven"), ev
+    assert ev["attribution"][0] == f"fd {ev['fd']}: anon_inode:[eventpoll], no mount (its fdinfo not read)", ev
+    # No reader of ours went into D on the epoll's mutex.
+    assert not [k for k in stuck_children(tmp_path) if k.startswith("stuck_tasks:")], stuck_children(tmp_path)
+    again, took = healthcheck(config)
+    assert took < 3 and not stuck_children(tmp_path), "a later run stalls on nothing"
+
+
+MANY_MOUNTS = """
+import ctypes, os, sys, time
+hung, ready, mounts, stuck = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+libc = ctypes.CDLL(None, use_errno=True)
+# A user namespace of our own, with a mount namespace: mounts there are ours to make.
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000 | 0x00020000) != 0:            # CLONE_NEWUSER | CLONE_NEWNS
+    raise SystemExit("unshare: %d" % ctypes.get_errno())
+open("/proc/self/setgroups", "w").write("deny")
+open("/proc/self/uid_map", "w").write("0 %d 1" % uid)
+open("/proc/self/gid_map", "w").write("0 %d 1" % gid)
+base = os.path.join(os.environ["HOME"], "stack")
+os.makedirs(base, exist_ok=True)
+libc.mount(b"none", base.encode(), b"tmpfs", 0, None)
+made = 0
+# Each on a directory of its own: mounts stacked on one point cost a walk of the stack each.
+while made < mounts:
+    point = ("%s/%d" % (base, made)).encode()
+    os.mkdir(point)
+    if libc.mount(b"none", point, b"tmpfs", 0, None) != 0:
+        break
+    made += 1
+for _ in range(stuck):
+    if os.fork() == 0:
+        try:
+            open(hung + "/data.bin", "rb")
+        finally:
+            os._exit(0)
+open(ready, "w").write(str(made))
+time.sleep(3600)
+"""
+
+
+def test_a_namespace_of_100k_mounts_and_many_stuck_tasks_keep_the_run_bounded(user, node_hung, tmp_path):
+    ready = user.home / "mounts.ready"
+    p = user.python(MANY_MOUNTS, node_hung.path, ready, 99_000, 40)
+    poll(lambda: ready.exists() or p.poll() is not None, 120, what="the mounts made")
+    assert p.poll() is None
+    assert int(ready.read_text()) > 90_000, "the namespace holds some 100k mounts"
+    stuck_pids = poll(lambda: (lambda s: s if len(s) >= 40 else None)(
+        [int(x) for x in os.listdir("/proc") if x.isdigit() and _uid(int(x)) == user.uid
+         and int(x) != p.pid and state_of(int(x)) == "D"]), 30, what="40 tasks in D")
+    config = configure(tmp_path)
+    diagnosed: set[int] = set()
+    for _ in range(6):
+        rec, took = healthcheck(config)
+        assert took < 30, f"one run took {took:.1f}s"
+        now = {f["evidence"]["pid"] for f in rec["findings"]
+               if f["status"].startswith("stuck") and f["evidence"].get("pid") in stuck_pids}
+        # At most 16 processes diagnosed per run; the rest are named in the next runs.
+        assert len(now) <= 16
+        diagnosed |= now
+        if now:
+            assert any("diagnosed in the next runs" in n for n in rec["notes"]), rec["notes"]
+            f = next(f for f in rec["findings"] if f["evidence"].get("pid") in now)
+            assert any("mounts: too many to walk" in h or "holds" in h for h in f["evidence"]["attribution"]), \
+                f["evidence"]["attribution"]
+            break
+        time.sleep(0.3)
+    assert diagnosed, "the stuck tasks were diagnosed"
+    # The sightings kept between runs are bounded, whatever the number of D threads.
+    saved = json.loads((tmp_path / "state" / "n1" / "stuck-tasks.json").read_text())
+    assert len(saved) <= 256
+
+
+def _uid(pid: int) -> int:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return -1
