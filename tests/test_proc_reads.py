@@ -298,3 +298,26 @@ def _uid(pid: int) -> int:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError:
         return -1
+
+
+def test_job_report_leaves_out_a_task_whose_proc_files_stall_and_reports_the_rest(user, tmp_path, monkeypatch):
+    from slurm_hooks.host.jobs import JobRef
+    from slurm_hooks.views import jobreport
+    own = user.fuse("slow", "flushless", "--slow-op", "flush", "--delay", "3600")
+    try:
+        ready = user.home / "exec.ready"
+        attacker = user.python(EXEC_WITH_UNANSWERED_FLUSH, own.path, ready)
+        poll(lambda: ready.exists(), 10, what="the attacker in execve")
+        poll(lambda: _stat_blocks(attacker.pid), 10, what="its stat to stop answering")
+        other = user.python("import time; time.sleep(600)")
+        # Both are the job's tasks (their cgroups would say so on a real node).
+        monkeypatch.setattr(jobreport, "job_tasks", lambda job, node, proc="/proc": [
+            (attacker.pid, JobRef("7", "0", "0")), (other.pid, JobRef("7", "0", "1"))])
+        t0 = time.monotonic()
+        doc = jobreport.collect_guarded("7", "n1", deadline=5.0, sample=0.1, stacks=False)
+        took = time.monotonic() - t0
+        assert took < 20, took
+        assert [t["pid"] for t in doc["tasks"]] == [other.pid], doc
+        assert any(n.startswith(f"pid {attacker.pid}: its /proc files do not answer") for n in doc["notes"]), doc
+    finally:
+        own.close()

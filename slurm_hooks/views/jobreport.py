@@ -3,9 +3,12 @@
 The per-node half of `slurm-hooks diagnose` (views/diagnose.py runs it on every node of the
 job: as root over ssh through ClusterShell, outside the job, or as the job's owner
 through `srun --overlap`), also usable by itself on a node. It must answer even
-when a task of the job is stuck in the kernel, so it reads from its own process only
-what the kernel answers without the target's memory (stat, status, wchan, syscall, fd
-links: host/procfs.py) and leaves everything else to children with deadlines (host/runner.py):
+when a task of the job is stuck in the kernel, or in execve with a FUSE flush its user
+never answers (every reader of its stat, wchan, syscall and links waits then): its own
+process reads only the tasks' cgroup and status (host/procfs.py). The job's processes
+are screened in a child first (collect_guarded: one that stalls is left out and named),
+then collect() runs in a child with a deadline, and within it every read that may wait
+on the target's memory runs in children of its own (host/runner.py):
 
 - the environment (for the rank) and the command line: _stuck_diagnosis.read_task_memory,
   anonymous memory only, each read bounded;
@@ -306,13 +309,18 @@ def _pyspy(pyspy: str, pid: int, start: int, timeout: float,
 
 def collect(job: str, node: str, sample: float = 0.5, stacks: bool = True,
             deadline: float = 15.0, proc: str = procfs.PROC, pyspy_setting: str = "auto",
-            sightings: dict | None = None, state: StateStore | None = None) -> NodeReport:
+            sightings: dict | None = None, state: StateStore | None = None,
+            exclude: tuple[int, ...] = ()) -> NodeReport:
     """`sightings`: the health check's stuck-task state here (key -> first_seen), for
     how long a D thread has been blocked where the scheduler's clock is not readable.
-    `state`: the node's state, where py-spy children stuck in the kernel are kept."""
+    `state`: the node's state, where py-spy children stuck in the kernel are kept.
+    `exclude`: processes whose /proc files do not answer (screen()), left out."""
     started = time.monotonic()
     report = NodeReport(node=node, job=job)
-    found = job_tasks(job, node, proc)
+    found = [(pid, ref) for pid, ref in job_tasks(job, node, proc) if pid not in exclude]
+    for pid in exclude:
+        report.notes.append(f"pid {pid}: its /proc files do not answer (a task in execve waiting on a "
+                            "filesystem?): left out")
     if len(found) > MAX_TASKS:
         report.notes.append(f"{len(found)} processes in the job here; the first {MAX_TASKS} are read")
         found = found[:MAX_TASKS]
@@ -518,6 +526,73 @@ def _sightings(cfg, node: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+SCREEN_TIMEOUT = 2.0
+SCREEN_TRIES = 3
+SCREENED = ("stat", "wchan", "syscall", "mountinfo")
+
+
+def _screen(progress, pids: list[int], proc: str) -> list[int]:
+    """In a child: read what collect() reads of each process in this process, so that a
+    process whose files stall is found in seconds (the runner names the file the child
+    had open at its deadline), not at collect()'s own deadline."""
+    for pid in pids:
+        for name in SCREENED:
+            procfs.read_small(f"{proc}/{pid}/{name}", size=256)
+        for link in ("cwd", "exe"):
+            procfs.readlink(f"{proc}/{pid}/{link}")
+        for tid in _tids(pid, proc):
+            for name in ("stat", "wchan", "syscall"):
+                procfs.read_small(f"{proc}/{pid}/task/{tid}/{name}", size=256)
+    return pids
+
+
+def _stalled_pid(reading: list, proc: str) -> int | None:
+    prefix = proc.rstrip("/") + "/"
+    for path in reading:
+        head = path[len(prefix):].split("/", 1)[0] if path.startswith(prefix) else ""
+        if head.isdigit():
+            return int(head)
+    return None
+
+
+def _collect_child(progress, job: str, node: str, kw: dict) -> dict:
+    state = kw.get("state")
+    report = collect(job, node, **kw)
+    out = report.to_json()
+    if state is not None:
+        out["notes"] = list(out.get("notes") or []) + [printable(e) for e in state.errors]
+    return out
+
+
+def collect_guarded(job: str, node: str, deadline: float = 15.0, sample: float = 0.5,
+                    proc: str = procfs.PROC, **kw) -> dict:
+    """collect() as job-report runs it: never blocked by a process of the job. The
+    job's processes are first screened in a child (their stat, wchan, syscall, links and
+    mountinfo; a task in execve with a FUSE flush unanswered stalls every reader of
+    those), those that stall are left out and named, and collect() itself runs in a
+    child with a deadline. Returns the report's JSON."""
+    runner = Runner()
+    pids = [pid for pid, _ in job_tasks(job, node, proc)]
+    exclude: list[int] = []
+    for attempt in range(SCREEN_TRIES):
+        key = f"jobreport:screen:{attempt}"
+        o = runner.run([Task(key, _screen, ([p for p in pids if p not in exclude], proc), SCREEN_TIMEOUT)])[key]
+        if o.status == DONE:
+            break
+        pid = _stalled_pid(o.reading, proc)
+        if pid is None or pid in exclude:
+            break
+        exclude.append(pid)
+    args = dict(kw, deadline=deadline, sample=sample, proc=proc, exclude=tuple(exclude))
+    o = runner.run([Task("jobreport:collect", _collect_child, (job, node, args), deadline + sample + 10.0)])[
+        "jobreport:collect"]
+    if o.status == DONE and isinstance(o.value, dict):
+        return o.value
+    report = NodeReport(node=node, job=job)
+    report.notes.append(printable(f"the report was not collected: {o.status}: {o.error} (at {o.step or 'start'})"))
+    return report.to_json()
+
+
 def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: bool,
          deadline: float) -> int:
     from ..core.config import node_name
@@ -527,15 +602,14 @@ def main(cfg, job: str, node: str | None, as_json: bool, sample: float, stacks: 
     from ..core.state import StateStore, state_dir
     node = node or node_name(cfg)
     state = StateStore(state_dir(cfg, node))
-    report = collect(job, node, sample=sample, stacks=stacks, deadline=deadline,
-                     pyspy_setting=cfg.diagnose.pyspy, sightings=_sightings(cfg, node), state=state)
     # Run as the job's owner, it may not write the node's state: then a stuck py-spy is
-    # not remembered, and the report says so.
-    report.notes.extend(printable(e) for e in state.errors)
+    # not remembered, and the report says so (the state's errors join its notes).
+    doc = collect_guarded(job, node, sample=sample, stacks=stacks, deadline=deadline,
+                          pyspy_setting=cfg.diagnose.pyspy, sightings=_sightings(cfg, node), state=state)
     if as_json:
         # One line: diagnose reads one JSON document per node from srun's labelled output.
-        print(json.dumps(report.to_json(), separators=(",", ":"), ensure_ascii=True))
+        print(json.dumps(doc, separators=(",", ":"), ensure_ascii=True))
     else:
         from .diagnose import render_node
-        print(render_node(report.to_json()))
+        print(render_node(doc))
     return 0
