@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 
 import pytest
 import yaml
-from helpers import poll, proc_state, run_record
+from helpers import SLURM_HOOKS, poll, proc_state, run_record
 
 
 @pytest.fixture
@@ -340,3 +341,35 @@ def test_a_process_left_holding_the_checks_output_never_holds_ours(site):
                 pass
         return True
     poll(gone, 5, what="the left-behind sleep to be killed with the check's session")
+
+
+def test_entry_points_off_imports_no_plugin_in_any_run(site, tmp_path):
+    """`site_checks.entry_points: false` is read before any plugin is found or imported:
+    the plugin's module, which leaves a mark when imported, is never imported by a run of
+    the installed program (as root, in every hook), and cannot be named; on, it is."""
+    root = tmp_path / "site-packages"
+    root.mkdir()
+    mark = tmp_path / "imported"
+    (root / "shk_marker_plugin.py").write_text(
+        f"open({str(mark)!r}, 'a').write('imported\\n')\n\n"
+        "class Check:\n    hooks = ('check', 'healthcheck', 'prolog', 'epilog')\n"
+        "    def tasks(self, ctx):\n        return []\n\n    def findings(self, ctx, outcomes):\n        return []\n")
+    info = root / "shk_marker_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shk-marker-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[slurm_hooks.checks]\nmarker = shk_marker_plugin:Check\n")
+    env = {"PYTHONPATH": str(root), "SLURMD_NODENAME": "s1", "SLURM_JOB_ID": "7",
+           "SLURM_HOOKS_CONFIG": str(site.config)}
+    site.configure(entry_points=False)
+    for args in (("check",), ("healthcheck", "--dry-run"), ("prolog", "--dry-run"), ("epilog", "--dry-run")):
+        rec = site.run(*args, env=env)
+        assert "marker" not in {c["name"] for c in rec["checks"]}, args
+        assert not mark.exists(), f"{args}: the plugin was imported with entry_points false"
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(site.config), "check", "marker"], capture_output=True,
+                       text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+    assert r.returncode == 2 and "unknown check marker" in r.stderr and "entry_points: false" in r.stderr
+    assert not mark.exists()
+    site.configure(entry_points=True)
+    rec = site.run("check", env=env)
+    assert "marker" in {c["name"] for c in rec["checks"]} and mark.exists()
+
