@@ -223,13 +223,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(cfg: Config, args) -> int:
-    from .checks import names
+    from .checks import names, plugins_on
     from .run import engine
     from .sinks import report
-    known = names()              # other packages' checks (entry points) can be named too
+    known = names(cfg)           # other packages' checks (entry points) can be named too
     unknown = [n for n in args.names if n not in known]
     if unknown:
-        print(f"slurm-hooks: unknown check {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+        off = "" if plugins_on(cfg) else "; other packages' checks are off (site_checks.entry_points: false)"
+        print(f"slurm-hooks: unknown check {', '.join(unknown)}; known: {', '.join(sorted(known))}{off}",
               file=sys.stderr)
         return EXIT_USAGE
     record = engine.run(cfg, "check", names=args.names or None)

@@ -189,6 +189,20 @@ def sshd(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture
+def root_only_dir():
+    """A directory whose whole path from / is root's alone (owner root, writable by no one
+    else), as a site check's must be: pytest's tmp_path lies under /tmp, which anyone can
+    write to. Removed afterwards."""
+    import shutil
+    path = Path(tempfile.mkdtemp(prefix="shk-root-only-", dir="/var/lib"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 # --- a session that is stopped, and one that ends ---------------------------------------
 def _terminate(signum, frame):
     # SIGTERM (CI's timeout, `kill`) ends the session the way Ctrl-C does: pytest then

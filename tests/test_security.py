@@ -711,3 +711,79 @@ def test_a_link_that_does_lead_to_the_nodes_hung_mount_drains_and_requeues(clean
     kinds = {a["kind"]: a["outcome"] for a in rec["actions"]}
     assert kinds.get("drain") == "done" and kinds.get("requeue") == "done", rec["actions"]
     assert str(sys_hung.path) in cluster.show_node("n1")["Reason"] or "node-link" in cluster.show_node("n1")["Reason"]
+
+
+# --- site checks: a path only root can have made -----------------------------------------------
+def _site_findings(config: Path) -> dict:
+    rec = json.loads(slurm_hooks(config, "check", "site", "--json").stdout)
+    return {f["target"]: f for c in rec["checks"] for f in c["findings"] if f["check"] == "site"}
+
+
+def _drop_in(path: Path, mark: Path, interpreter: str = "/bin/sh") -> Path:
+    path.write_text(f"#!{interpreter}\n: > {mark}\necho ran\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_a_site_check_behind_a_directory_the_user_owns_is_refused(mallory, root_only_dir, tmp_path):
+    """The drop-in is a link to a root-owned program in a root-owned directory, but a
+    directory above them is the user's: they can rename what lies below it (swap the
+    program between the check and the exec), so the walk from / refuses it, naming that
+    directory. A drop-in whose whole path is root's still runs."""
+    checks = root_only_dir / "checks.d"
+    checks.mkdir(mode=0o755)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    theirs = root_only_dir / "opt"
+    theirs.mkdir(mode=0o755)
+    mallory.own(theirs)
+    tools = theirs / "tools"                      # root's, 0755: all the old check looked at
+    tools.mkdir(mode=0o755)
+    (checks / "probe").symlink_to(_drop_in(tools / "probe", marks / "probe"))
+    lib = root_only_dir / "lib"
+    lib.mkdir(mode=0o755)
+    (checks / "good").symlink_to(_drop_in(lib / "good", marks / "good"))
+    config = configure(tmp_path, site_checks={"dir": str(checks), "timeout": 5},
+                       filesystems=[{"path": str(tmp_path)}], stuck_tasks={"enabled": False})
+    found = _site_findings(config)
+    f = found["probe"]
+    assert (f["status"], f["severity"]) == ("refused", "warn"), f
+    assert f["summary"] == f"site check probe refused: {theirs} is owned by uid {mallory.uid}"
+    assert not (marks / "probe").exists()
+    assert (found["good"]["status"], found["good"]["summary"]) == ("ok", "site good: ran")
+    # What the user can do from there, as themselves: put their own program in its place.
+    mallory.run("mv", tools, theirs / "old")
+    mallory.run("mkdir", tools)
+    mallory.run("sh", "-c", f"printf '#!/bin/sh\\n: > {marks}/evil\\n' > {tools}/probe; chmod 755 {tools}/probe")
+    f = _site_findings(config)["probe"]
+    assert f["status"] == "refused" and str(theirs) in f["summary"]
+    assert not (marks / "evil").exists() and not (marks / "probe").exists()
+
+
+def test_a_site_check_under_a_world_writable_directory_is_refused(mallory, root_only_dir, tmp_path):
+    """A sticky world-writable directory (/tmp's kind) anywhere on the path, or holding a
+    script's interpreter, refuses the drop-in: anyone can add names there."""
+    checks = root_only_dir / "checks.d"
+    checks.mkdir(mode=0o755)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    spool = root_only_dir / "spool"
+    spool.mkdir()
+    spool.chmod(0o1777)
+    mallory.run("touch", spool / "mallory-was-here")            # anyone can put names there
+    tools = spool / "tools"
+    tools.mkdir(mode=0o755)
+    (checks / "probe").symlink_to(_drop_in(tools / "probe", marks / "probe"))
+    shell = tools / "sh"
+    shell.write_bytes(Path("/bin/sh").read_bytes())
+    shell.chmod(0o755)
+    _drop_in(checks / "interp", marks / "interp", interpreter=str(shell))
+    config = configure(tmp_path, site_checks={"dir": str(checks), "timeout": 5},
+                       filesystems=[{"path": str(tmp_path)}], stuck_tasks={"enabled": False})
+    found = _site_findings(config)
+    assert found["probe"]["status"] == "refused"
+    assert found["probe"]["summary"] == f"site check probe refused: {spool} is world-writable (mode 1777)"
+    assert found["interp"]["status"] == "refused"
+    assert found["interp"]["summary"] == (f"site check interp refused: its interpreter: {spool} is "
+                                          "world-writable (mode 1777)")
+    assert not (marks / "probe").exists() and not (marks / "interp").exists()

@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 
 import pytest
 import yaml
-from helpers import poll, proc_state, run_record
+from helpers import SLURM_HOOKS, poll, proc_state, run_record
 
 
 @pytest.fixture
-def site(tmp_path):
+def site(tmp_path, root_only_dir):
     class Site:
-        dir = tmp_path / "checks.d"
+        dir = root_only_dir / "checks.d"
         config = tmp_path / "slurm-hooks.yaml"
         marks = tmp_path / "marks"
 
@@ -134,18 +135,18 @@ def test_group_writable_file_is_refused_and_never_run(site):
     site.add("loose", "exit 0", mode=0o775)
     f = site.check()["by_name"]["loose"]
     assert (f["status"], f["severity"]) == ("refused", "warn")
-    assert f["summary"] == "site check loose refused: group-writable (mode 0775)"
+    assert f["summary"] == f"site check loose refused: {site.dir}/loose is group-writable (mode 0775)"
     assert not site.ran("loose")
 
 
 def test_file_of_another_owner_or_in_a_writable_directory_is_refused(site):
     p = site.add("theirs", "exit 0")
     os.chown(p, 65534, 0)
-    assert site.check()["by_name"]["theirs"]["summary"] == "site check theirs refused: owned by uid 65534"
+    assert site.check()["by_name"]["theirs"]["summary"] == f"site check theirs refused: {p} is owned by uid 65534"
     os.chown(p, 0, 0)
     os.chmod(site.dir, 0o777 | stat.S_ISVTX)
     f = site.check()["by_name"]["theirs"]
-    assert f["status"] == "refused" and f"its directory {site.dir} is world-writable" in f["summary"]
+    assert f["status"] == "refused" and f"{site.dir} is world-writable (mode 1777)" in f["summary"]
     assert not site.ran("theirs")
 
 
@@ -340,3 +341,97 @@ def test_a_process_left_holding_the_checks_output_never_holds_ours(site):
                 pass
         return True
     poll(gone, 5, what="the left-behind sleep to be killed with the check's session")
+
+
+def test_entry_points_off_imports_no_plugin_in_any_run(site, tmp_path):
+    """`site_checks.entry_points: false` is read before any plugin is found or imported:
+    the plugin's module, which leaves a mark when imported, is never imported by a run of
+    the installed program (as root, in every hook), and cannot be named; on, it is."""
+    root = tmp_path / "site-packages"
+    root.mkdir()
+    mark = tmp_path / "imported"
+    (root / "shk_marker_plugin.py").write_text(
+        f"open({str(mark)!r}, 'a').write('imported\\n')\n\n"
+        "class Check:\n    hooks = ('check', 'healthcheck', 'prolog', 'epilog')\n"
+        "    def tasks(self, ctx):\n        return []\n\n    def findings(self, ctx, outcomes):\n        return []\n")
+    info = root / "shk_marker_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: shk-marker-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[slurm_hooks.checks]\nmarker = shk_marker_plugin:Check\n")
+    env = {"PYTHONPATH": str(root), "SLURMD_NODENAME": "s1", "SLURM_JOB_ID": "7",
+           "SLURM_HOOKS_CONFIG": str(site.config)}
+    site.configure(entry_points=False)
+    for args in (("check",), ("healthcheck", "--dry-run"), ("prolog", "--dry-run"), ("epilog", "--dry-run")):
+        rec = site.run(*args, env=env)
+        assert "marker" not in {c["name"] for c in rec["checks"]}, args
+        assert not mark.exists(), f"{args}: the plugin was imported with entry_points false"
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(site.config), "check", "marker"], capture_output=True,
+                       text=True, timeout=60, env={"PATH": "/usr/bin:/bin", **env})
+    assert r.returncode == 2 and "unknown check marker" in r.stderr and "entry_points: false" in r.stderr
+    assert not mark.exists()
+    site.configure(entry_points=True)
+    rec = site.run("check", env=env)
+    assert "marker" in {c["name"] for c in rec["checks"]} and mark.exists()
+
+
+# --- the program run is the file verified, and verifying it never blocks the hook ----------
+
+def test_the_program_run_is_the_descriptor_verified_not_the_name(root_only_dir):
+    """The walk from / opens the file; that descriptor is executed (fexecve), so a rename
+    after the check changes nothing. A `#!` script needs its descriptor across the exec
+    (the interpreter opens /dev/fd/3); a binary does not get it."""
+    import shutil
+
+    from slurm_hooks.host.runner import run_command
+    from slurm_hooks.host.trusted import open_root_only
+    env = {"PATH": "/usr/bin:/bin"}
+    script = root_only_dir / "probe"
+    script.write_text("#!/bin/sh\necho verified $0\n")
+    script.chmod(0o755)
+    fd, _ = open_root_only(str(script))
+    other = root_only_dir / "other"
+    other.write_text("#!/bin/sh\necho swapped\n")
+    other.chmod(0o755)
+    os.rename(other, script)                       # the name now leads to another file
+    try:
+        os.set_inheritable(fd, True)
+        r = run_command([str(script)], 5, env, exec_fd=fd)
+        assert (r.rc, r.stdout) == (0, "verified /dev/fd/3\n")
+        os.set_inheritable(fd, False)              # close-on-exec: the interpreter finds nothing
+        r = run_command([str(script)], 5, env, exec_fd=fd)
+        assert r.rc == 127 and "cannot run" in r.stderr
+    finally:
+        os.close(fd)
+    binary = root_only_dir / "ls-fds"
+    shutil.copy("/usr/bin/ls", binary)
+    fd, _ = open_root_only(str(binary))
+    try:
+        r = run_command([str(binary), "/proc/self/fd"], 5, env, exec_fd=fd)
+    finally:
+        os.close(fd)
+    assert r.rc == 0 and r.stdout.split() == ["0", "1", "2", "3"]   # 3: ls's own listing of the directory
+
+
+def test_a_binary_drop_in_runs_by_its_descriptor(site):
+    import shutil
+    shutil.copy("/usr/bin/true", site.dir / "bin-true")
+    site.add("script", 'echo "as $0"')
+    rec = site.check()
+    assert rec["by_name"]["bin-true"]["status"] == "ok"
+    assert rec["by_name"]["script"]["summary"] == "site script: as /dev/fd/3"
+
+
+def test_site_checks_on_a_hung_mount_never_hold_the_hook(site, swallow_mount):
+    """Listing the directory, the walk from / and the first bytes' read are a child's:
+    a site_checks.dir on a mount that never answers is a finding, not a hung hook."""
+    site.configure(timeout=1)
+    doc = yaml.safe_load(site.config.read_text())
+    doc["site_checks"]["dir"] = swallow_mount.path + "/checks.d"
+    site.config.write_text(yaml.safe_dump(doc))
+    rec = site.check(timeout=20)
+    [f] = [f for c in rec["checks"] for f in c["findings"] if f["check"] == "site"]
+    assert f["status"] == "hung" and f["target"] == swallow_mount.path + "/checks.d", f
+    assert rec["elapsed"] < 4
+    again = site.check(timeout=20)
+    [f] = [f for c in again["checks"] for f in c["findings"] if f["check"] == "site"]
+    assert f["detail"].startswith("still hung since ") and again["elapsed"] < 2

@@ -132,22 +132,33 @@ def declared(path: str) -> tuple[int, tuple[str, ...]] | None:
     return order, hooks
 
 
-def for_hook(hook: str) -> list[str]:
+def for_hook(hook: str, cfg: Config | None = None) -> list[str]:
     """The checks a run of `hook` (check, healthcheck, prolog, epilog) includes; the
     other packages' checks (entry points) after the built-in ones, each of which says
-    itself (`hooks`) in which runs it takes part."""
-    return [name for name, (_, hooks) in registry().items() if hook in hooks] + plugins()
+    itself (`hooks`) in which runs it takes part, unless `cfg` turns them off."""
+    return [name for name, (_, hooks) in registry().items() if hook in hooks] + plugins(cfg)
 
 
-def plugins() -> list[str]:
-    """Names of the checks other packages register (entry points), built-ins' excepted."""
+def plugins_on(cfg: Config | None) -> bool:
+    """Whether other packages' checks are looked for at all (`site_checks.entry_points`;
+    without a configuration, as for the documentation: yes). Read before anything of
+    theirs is found or imported: off, none of their code runs as root."""
+    return cfg is None or bool(getattr(cfg, "site_checks").entry_points)
+
+
+def plugins(cfg: Config | None = None) -> list[str]:
+    """Names of the checks other packages register (entry points), built-ins' excepted;
+    none when `cfg` turns them off."""
+    if not plugins_on(cfg):
+        return []
     from ._entry_points import discover
     return [name for name in discover() if name not in registry()]
 
 
-def names() -> list[str]:
-    """Every check: the built-in ones, then the other packages'."""
-    return list(registry()) + plugins()
+def names(cfg: Config | None = None) -> list[str]:
+    """Every check: the built-in ones, then the other packages' (unless `cfg` turns
+    them off)."""
+    return list(registry()) + plugins(cfg)
 
 
 _plugin_classes: dict[str, type] = {}

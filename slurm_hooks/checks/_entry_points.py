@@ -8,7 +8,9 @@ include it (default: the health check and `slurm-hooks check`).
 Discovery reads the `entry_points.txt` of every `*.dist-info` / `*.egg-info` on
 sys.path, the files importlib.metadata reads, without importing importlib.metadata:
 that import alone costs about 18 ms, six times this project's whole budget for a new
-check on the healthy path. The plugin module is only imported when its check runs.
+check on the healthy path. The plugin module is only imported when its check runs, and
+none of this happens when `site_checks.entry_points` is false: checks.plugins() reads
+the setting before it looks for any.
 
 Behind the same interface as the built-in checks, with the framework's guarantees
 kept: a plugin that does not import, returns something that is not a Finding, or names

@@ -18,10 +18,15 @@ A program that outlives its deadline is killed; one stuck in the kernel even the
 handed to the runner's registry of stuck children, so later runs report it "still hung"
 and never start a second one.
 
-Trust: root runs these. A file, or the directory holding it, that anyone but root can
-write is refused with a warning and never run (a user who could write it would own
-the node). Names follow run-parts (letters, digits, `_`, `-`), so README, foo.bak and
-dpkg's leftovers are ignored. A check says in which runs it takes part with a line in
+Trust: root runs these. A drop-in runs only when its whole path is root's alone
+(host/trusted.py): every directory from `/` down, each link's target, the file and a
+script's interpreter owned by root and writable by no one else; otherwise it is refused
+with a warning naming the component and never run (a user who could change any of them
+would own the node). It is executed by the descriptor that walk opened (fexecve), so a
+rename after the check changes nothing. Listing the directory, that walk and the read of
+a file's first 4 KiB touch the filesystem: they run in runner children with deadlines,
+never in the hook itself. Names follow run-parts (letters, digits, `_`, `-`), so
+README, foo.bak and dpkg's leftovers are ignored. A check says in which runs it takes part with a line in
 its first 4 KiB, `slurm-hooks: hooks=healthcheck,prolog,epilog timeout=5`; without it,
 the health check (and `slurm-hooks check`).
 """
@@ -36,6 +41,7 @@ from ..core.config import setting, switch
 from ..core.model import FAIL, OK, WARN, Finding
 from ..core.records import dataclass
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
+from ..host.trusted import Untrusted, open_root_only
 
 if TYPE_CHECKING:
     from ..core.config import Config
@@ -53,8 +59,9 @@ class SiteChecksConfig:
     enabled: str = switch("Run the drop-in executables of `dir`. auto is true.")
     dir: str = setting("/etc/slurm-hooks/checks.d", kind="path",
                        doc="Directory of site checks: executables named as run-parts accepts "
-                       "(letters, digits, _ and -), run with Nagios exit codes. A file or "
-                       "directory writable by anyone but root is refused, never run.")
+                       "(letters, digits, _ and -), run with Nagios exit codes. One whose path "
+                       "from / (every directory, link and the file) is not root's alone is "
+                       "refused, never run.")
     timeout: float = setting(10.0, kind="seconds", max=55,
                              doc="Deadline of each site check (one may declare a shorter one); "
                              "killed, and remembered if stuck, past it.")
@@ -86,6 +93,14 @@ NAGIOS = {0: ("ok", OK), 1: ("warning", WARN), 2: ("critical", FAIL), 3: ("unkno
 # The environment a site check gets: nothing of ours but where it runs.
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 MARK = "slurm-hooks:"
+# The task that lists and verifies the drop-ins: its key, never a drop-in's (a
+# run-parts name has no colon), and its deadline.
+LISTING = ":list"
+LIST_TIMEOUT = 5.0
+
+
+def _stamp(since: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
 
 
 def _cap(text: str, limit: int) -> str:
@@ -97,29 +112,11 @@ def _run_parts_name(name: str) -> bool:
     return bool(name) and all(c.isascii() and (c.isalnum() or c in "_-") for c in name)
 
 
-def _unsafe(st: os.stat_result) -> str:
-    """Why a file or directory with this status is not root's alone, or ""."""
-    if st.st_uid != 0:
-        return f"owned by uid {st.st_uid}"
-    mode = stat.S_IMODE(st.st_mode)
-    if mode & stat.S_IWOTH:
-        return f"world-writable (mode {mode:04o})"
-    if mode & stat.S_IWGRP:
-        # Even group root: a member added to it later is not root.
-        return f"group-writable (mode {mode:04o})"
-    return ""
-
-
-def declared(path: str) -> tuple[tuple[str, ...], float | None, str]:
-    """(hooks, timeout, problem) from the file's `slurm-hooks:` line."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(HEADER).decode("utf-8", "replace")
-    except OSError as e:
-        return (), None, f"cannot read: {e.strerror}"
+def declared(head: bytes) -> tuple[tuple[str, ...], float | None, str]:
+    """(hooks, timeout, problem) from the `slurm-hooks:` line of a file's first bytes."""
     hooks: tuple[str, ...] = ("healthcheck",)
     timeout = None
-    for line in head.splitlines():
+    for line in head.decode("utf-8", "replace").splitlines():
         at = line.find(MARK)
         if at < 0:
             continue
@@ -144,11 +141,97 @@ def declared(path: str) -> tuple[tuple[str, ...], float | None, str]:
     return hooks, timeout, ""
 
 
-# --- what runs in the child -----------------------------------------------------------
+# --- what runs in the children ---------------------------------------------------------
+def _interpreter(head: bytes, mounts=None) -> str:
+    """Why a `#!` script's interpreter is not root's alone, or ""."""
+    if not head.startswith(b"#!"):
+        return ""
+    words = head[2:].split(b"\n", 1)[0].split()
+    interp = words[0].decode("utf-8", "replace") if words else ""
+    try:
+        fd, _ = open_root_only(interp, mounts=mounts)
+    except Untrusted as e:
+        return f"its interpreter: {e}"
+    except OSError as e:
+        return f"its interpreter {interp}: {e.strerror}"
+    os.close(fd)
+    return ""
+
+
+def _open(path: str, mounts=None) -> tuple[int, bytes]:
+    """The drop-in's descriptor (opened by host/trusted.py's walk from /) and its first
+    bytes; raises Untrusted with why it may not run."""
+    try:
+        fd, st = open_root_only(path, mounts=mounts)
+    except OSError as e:
+        raise Untrusted(f"{path}: {e.strerror}") from None
+    try:
+        if not st.st_mode & 0o111:
+            raise Untrusted(f"{path}: not executable")
+        head = os.pread(fd, HEADER, 0)
+        why = _interpreter(head, mounts)
+        if why:
+            raise Untrusted(why)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, head
+
+
+def list_site_checks(progress, directory: str) -> dict:
+    """In a child: the drop-ins of `directory`, each verified, with what it declares."""
+    from ..host.mounts import MountTable
+    progress("list")
+    try:
+        if not stat.S_ISDIR(os.stat(directory).st_mode):
+            return {"not_dir": True}
+        entries = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return {"missing": True}
+    except OSError as e:
+        return {"unreadable": e.strerror}
+    mounts = MountTable.current()
+    out: list[dict] = []
+    for name in entries:
+        if not _run_parts_name(name):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+            continue              # run-parts' rule: only executable files run
+        progress(f"verify {name}")
+        try:
+            fd, head = _open(path, mounts)
+        except Untrusted as e:
+            out.append({"name": name, "path": path, "refused": str(e)})
+            continue
+        os.close(fd)
+        hooks, timeout, problem = declared(head)
+        if problem:
+            out.append({"name": name, "path": path, "refused": f"bad declaration: {problem}"})
+            continue
+        out.append({"name": name, "path": path, "hooks": list(hooks), "timeout": timeout})
+    return {"entries": out}
+
+
 def run_site_check(progress, path: str, timeout: float, env: dict) -> dict:
     from ..host.runner import MAX_RESULT, proc_start_time, reap, run_command
+    progress("verify")
+    # Verified again here, in the process that executes it, and executed by the very
+    # descriptor verified: what was listed a moment ago may have changed since.
+    try:
+        fd, head = _open(path)
+    except Untrusted as e:
+        return {"refused": str(e)}
+    # A script runs as `interpreter /dev/fd/3`: the interpreter opens it by that name,
+    # so the descriptor must stay open across the exec; a binary does not keep it.
+    os.set_inheritable(fd, head.startswith(b"#!"))
     progress("exec")
-    r = run_command([path], timeout, env)
+    r = run_command([path], timeout, env, exec_fd=fd)
+    os.close(fd)
     # run_command keeps the first MiB and drains the rest, so the program never blocks.
     out: dict = {"rc": r.rc, "elapsed": r.elapsed, "timed_out": r.timed_out, "pid": r.pid,
                  "bytes": len(r.stdout), "cut": len(r.stdout) >= MAX_RESULT}
@@ -238,61 +321,47 @@ class SiteCheck:
         if cfg.enabled == "false":
             return []
         hook = ctx.behaviour.site_hook
-        try:
-            dir_st = os.stat(cfg.dir)
-            entries = sorted(os.listdir(cfg.dir))
-        except FileNotFoundError:
-            return []                 # no site checks: nothing to say, nothing spent
-        except OSError as e:
-            self._early.append(self._finding(cfg.dir, "refused", WARN, f"site checks {cfg.dir} unreadable: {e.strerror}",
-                                             path=cfg.dir))
+        # Listing the directory and verifying each drop-in (host/trusted.py) read the
+        # filesystem: a child does it, with a deadline, before the drop-ins' own children.
+        key = self.key(LISTING)
+        o = ctx.runner.run([Task(key, list_site_checks, (cfg.dir,), min(cfg.timeout, LIST_TIMEOUT))])[key]
+        if o.status != DONE:
+            on_hang = FAIL if cfg.on_hang == "fail" else WARN
+            hung = o.status in (HUNG, STILL_HUNG)
+            detail = o.error
+            if o.status == STILL_HUNG:
+                detail = f"still hung since {_stamp(o.since)} (pid {o.pid} stuck in the kernel): not started again"
+            self._early.append(self._finding(
+                cfg.dir, "hung" if hung else "unknown", on_hang if hung else WARN,
+                f"site checks {cfg.dir} {'hung' if hung else 'could not be listed'} "
+                f"(at {o.step or 'start'})", detail=detail, path=cfg.dir, incident=f"site:{LISTING}:{o.status}"))
             return []
-        if not stat.S_ISDIR(dir_st.st_mode):
-            self._early.append(self._finding(cfg.dir, "refused", WARN, f"site checks {cfg.dir} is not a directory",
-                                             path=cfg.dir))
+        found = o.value
+        if found.get("missing"):
+            return []                 # no site checks: nothing to say
+        if found.get("unreadable") or found.get("not_dir"):
+            why = f"unreadable: {found['unreadable']}" if found.get("unreadable") else "is not a directory"
+            self._early.append(self._finding(cfg.dir, "refused", WARN, f"site checks {cfg.dir} {why}", path=cfg.dir))
             return []
-        why_dir = _unsafe(dir_st)
         tasks = []
         env = self._env(ctx)
-        for name in entries:
-            if not _run_parts_name(name):
+        for entry in found["entries"]:
+            name, path = entry["name"], entry["path"]
+            if entry.get("refused"):
+                self._early.append(self._refused(name, path, entry["refused"]))
                 continue
-            path = os.path.join(cfg.dir, name)
-            try:
-                lst = os.lstat(path)
-                st = os.stat(path)
-            except OSError:
+            if hook not in entry["hooks"]:
                 continue
-            if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
-                continue              # run-parts' rule: only executable files run
-            why = why_dir and f"its directory {cfg.dir} is {why_dir}"
-            why = why or _unsafe(st)
-            if not why and stat.S_ISLNK(lst.st_mode):
-                real = os.path.realpath(path)
-                try:
-                    why = _unsafe(os.stat(os.path.dirname(real)))
-                    why = why and f"the directory of its target {real} is {why}"
-                except OSError as e:
-                    why = f"its target {real}: {e.strerror}"
-            if why:
-                self._early.append(self._finding(name, "refused", WARN, f"site check {name} refused: {why}",
-                                                 path=path, detail="not run: root runs site checks, so only "
-                                                 "root may be able to change them"))
-                continue
-            hooks, timeout, problem = declared(path)
-            if problem:
-                self._early.append(self._finding(name, "refused", WARN,
-                                                 f"site check {name} refused: bad declaration: {problem}",
-                                                 path=path))
-                continue
-            if hook not in hooks:
-                continue
-            t = min(timeout or cfg.timeout, cfg.timeout)
+            t = min(entry["timeout"] or cfg.timeout, cfg.timeout)
             self._run[name] = (path, t)
             # The child's own deadline is the program's plus the moment it needs to kill
             # the program and report.
             tasks.append(Task(self.key(name), run_site_check, (path, t, env), t + 2.0))
         return tasks
+
+    def _refused(self, name: str, path: str, why: str) -> Finding:
+        return self._finding(name, "refused", WARN, f"site check {name} refused: {why}", path=path,
+                             detail="not run: root runs site checks, so only root may be able to change them")
 
     @staticmethod
     def _env(ctx: Context) -> dict:
@@ -318,8 +387,7 @@ class SiteCheck:
                 since = o.since
                 detail = o.error
                 if o.status == STILL_HUNG:
-                    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since))
-                    detail = f"still hung since {stamp} (pid {o.pid} stuck in the kernel): not started again"
+                    detail = f"still hung since {_stamp(since)} (pid {o.pid} stuck in the kernel): not started again"
                 out.append(self._finding(name, "hung", on_hang, f"site {name} hung >{timeout:g}s", detail=detail,
                                          path=path, evidence={**base, "since": since},
                                          incident=f"site:{name}:hung"))
@@ -329,6 +397,9 @@ class SiteCheck:
                                          path=path, evidence=base))
                 continue
             v = o.value
+            if v.get("refused"):
+                out.append(self._refused(name, path, v["refused"]))
+                continue
             ev = {**base, "exit": v.get("rc"), "output_bytes": v.get("bytes"),
                   "output_cut": v.get("cut", False), "elapsed": round(v["elapsed"], 6),
                   "stderr": v.get("stderr", "")}

@@ -526,12 +526,16 @@ class CommandResult:
         return text or f"{os.path.basename(self.argv[0])} exited with status {self.rc}"
 
 
-def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandResult:
+def run_command(argv: list, timeout: float, env: dict | None = None, exec_fd: int | None = None) -> CommandResult:
     """Run a program (argv list, absolute path, no shell) with a hard deadline.
 
     Built on fork+exec rather than subprocess.Popen, whose parent blocks until exec()
     has succeeded: exec'ing a binary on a hung shared filesystem (Slurm under
     /opt/slurm on NFS is common) would block the health check with it.
+
+    With `exec_fd`, the program is the file open on that descriptor (fexecve), not
+    whatever argv[0] names by then; it is descriptor 3 in the program when it is
+    inheritable (a `#!` script: its interpreter opens /dev/fd/3), else closed at exec.
     """
     started, since = time.monotonic(), time.time()
     out_r, out_w = os.pipe()
@@ -544,8 +548,14 @@ def run_command(argv: list, timeout: float, env: dict | None = None) -> CommandR
             os.dup2(devnull, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            os.closerange(3, 1 << 20)
-            os.execve(argv[0], argv, env if env is not None else os.environ)
+            target: int | str = argv[0]
+            if exec_fd is not None:
+                inherit = os.get_inheritable(exec_fd)
+                if exec_fd != 3:
+                    os.dup2(exec_fd, 3, inheritable=inherit)
+                target = 3
+            os.closerange(3 if exec_fd is None else 4, 1 << 20)
+            os.execve(target, argv, env if env is not None else os.environ)
         except OSError as e:
             try:
                 os.write(2, f"{_CANNOT_RUN}{argv[0]}: {e.strerror}\n".encode())

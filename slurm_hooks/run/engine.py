@@ -63,7 +63,9 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     if ctx.behaviour.tends_node and cfg.beside.command and not dry_run:   # it would act on its own
         from .beside import Beside
         beside = Beside(cfg.beside, ctx.runner)      # runs alongside our own checks
-    record.checks = run_checks(ctx, names or for_hook(hook))
+    # site_checks.entry_points is read here, before any other package's check is found,
+    # let alone imported: off, a named one is refused (cli.py) and none runs.
+    record.checks = run_checks(ctx, names or for_hook(hook, cfg))
     _correlate(record.checks)
     others_failing = None
     if beside is not None:

@@ -128,7 +128,7 @@ def _diagnosis(run: dict) -> list[str]:
             ev = f.get("evidence", {})
             # A check may group evidence in a mapping (the GPU check: the GPU's own).
             nested = [v for v in ev.values() if isinstance(v, dict)]
-            for key in _explain_keys(f.get("check")):
+            for key in _explain_keys(f.get("check"), ev):
                 value = ev.get(key, next((n[key] for n in nested if key in n), None))
                 if value not in (None, "", [], {}):
                     if isinstance(value, list) and key == "stack":
@@ -152,7 +152,11 @@ def _actions_since(runs: list[dict], first: dict) -> list[str]:
     return out or ["none"]
 
 
-def _explain_keys(check) -> tuple[str, ...]:
-    """The evidence the check that made a finding says is worth showing, in order."""
-    from ..checks import check_class, names
-    return check_class(check).explain_keys if check in names() else ()
+def _explain_keys(check, evidence: dict) -> tuple[str, ...]:
+    """The evidence the check that made a finding says is worth showing, in order. Of
+    another package's check, whose code is not run to read a journal (it may be off,
+    `site_checks.entry_points: false`), the plain values it recorded."""
+    from ..checks import check_class, registry
+    if check in registry():
+        return check_class(check).explain_keys
+    return tuple(k for k, v in list(evidence.items())[:10] if isinstance(v, (str, int, float)))
