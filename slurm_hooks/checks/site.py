@@ -321,6 +321,11 @@ class SiteCheck:
         if cfg.enabled == "false":
             return []
         hook = ctx.behaviour.site_hook
+        m = ctx.mounts.holding(cfg.dir)
+        if m is not None and not (m.is_network or m.is_fuse) and not os.path.lexists(cfg.dir):
+            # No directory, on a local filesystem (mountinfo says, nothing remote is
+            # touched): nothing to list, and no child forked on every healthy run.
+            return []
         # Listing the directory and verifying each drop-in (host/trusted.py) read the
         # filesystem: a child does it, with a deadline, before the drop-ins' own children.
         key = self.key(LISTING)
