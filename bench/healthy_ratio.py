@@ -1,7 +1,7 @@
 """The healthy health check against the bare interpreter, in one alternated run.
 
     .venv/bin/python bench/healthy_ratio.py NEW_PREFIX [OLD_PREFIX] [--runs N] [--old-config FILE]
-        [--without-probes]
+        [--new-config FILE] [--without-probes]
 
 PREFIX is an installed slurm-hooks (a virtual environment laid out by
 packaging/install.sh: PREFIX/bin/python and the four programs). Each round runs, in a
@@ -17,7 +17,9 @@ check, the default filesystems /tmp and /dev/shm with write probes, network moun
 discovered), only state_dir and journal moved into a temporary directory. Each install
 gets its own copy of the file, so their configuration caches do not evict each other.
 An older install that does not know today's settings reads its own shipped file
-(`--old-config`, e.g. `git show REV:conf/slurm-hooks.yaml`).
+(`--old-config`, e.g. `git show REV:conf/slurm-hooks.yaml`); `--new-config` does the same
+for the new install (a host whose mount table holds other tests' mounts: list the
+filesystems in both files alike).
 With `--without-probes`, also a real run of the new install with the filesystem check
 switched off (`filesystem_defaults.enabled: false`): what the write probes (their forks,
 the fsync the parent waits for) add, and so the most that hiding them could save.
@@ -107,13 +109,14 @@ def main() -> None:
     if without_probes:
         args.remove("--without-probes")
     old_config = Path(option(args, "--old-config", "")) if "--old-config" in args else None
+    new_config = Path(option(args, "--new-config", "")) if "--new-config" in args else None
     new = Path(args[0])
     old = Path(args[1]) if len(args) > 1 else None
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bare = "bare: python -I -S -c pass"
         todo = {bare: ([str(new / "bin/python"), "-I", "-S", "-c", "pass"], {})}
-        todo.update(cases(new, "new", tmp))
+        todo.update(cases(new, "new", tmp, new_config))
         if without_probes:
             cfg = shipped_config(tmp, "new-no-probes", probes=False)
             todo["new: real run, filesystem check off"] = (
