@@ -77,6 +77,55 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     assert epilog_runs and epilog_runs[-1]["job"] == str(job)
 
 
+def test_epilog_that_drained_exits_0_and_slurm_adds_no_epilog_error(clean_cluster, hung_mount, tmp_path):
+    """README: the epilog drains a sick node itself and exits non-zero only when slurmctld
+    cannot be reached. Once slurmctld took the drain, a failing exit would make Slurm drain
+    the node again with its own `Epilog error` over the precise reason."""
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
+                       {"filesystems": [{"path": str(tmp_path)}], "epilog": {"fs_timeout": 1}})
+    hook_wrapper(tmp_path, "epilog")
+    # The epilog as slurmd runs it, its exit status kept beside it.
+    wrapper = tmp_path / "epilog-status"
+    wrapper.write_text(f"#!/bin/sh\n{tmp_path}/epilog\nrc=$?\necho $rc >> {tmp_path}/epilog-$SLURMD_NODENAME.rc\nexit $rc\n")
+    wrapper.chmod(0o755)
+    cluster.reconfigure(f"Epilog={wrapper}\n")
+    job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    rc_file = tmp_path / "epilog-n1.rc"
+    cluster.wait_for(rc_file.exists, 60, what="the epilog to run on n1")
+    assert rc_file.read_text().split() == ["0"], "the epilog drained the node itself: it exits 0"
+    time.sleep(3)     # what Slurm makes of the epilog's exit status
+    reason = cluster.show_node("n1")["Reason"]
+    assert ours(reason, f"fs {hung_mount.path} hung >1s"), reason
+    [run] = [r for r in journal(tmp_path, "n1") if r["hook"] == "epilog"]
+    assert run["job"] == str(job)
+    [drain] = [a for a in run["actions"] if a["kind"] == "drain"]
+    assert drain["outcome"] == "done", drain
+
+
+def test_epilog_after_a_failed_prolog_exits_0_on_slurms_drain(clean_cluster, hung_mount, tmp_path):
+    """After a failing prolog Slurm has drained the node (`Prolog error`) and requeued the
+    job; the epilog that follows finds the node drained already: slurmctld answered and no
+    job can land there, so it exits 0 (a failing exit would add Slurm's `Epilog error`)."""
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
+                       {"filesystems": [{"path": str(tmp_path)}], "prolog": {"fs_timeout": 1, "reason_delay": 30},
+                        "epilog": {"fs_timeout": 1}})
+    hook_wrapper(tmp_path, "epilog")
+    wrapper = tmp_path / "epilog-status"
+    wrapper.write_text(f"#!/bin/sh\n{tmp_path}/epilog\nrc=$?\necho $rc >> {tmp_path}/epilog-$SLURMD_NODENAME.rc\nexit $rc\n")
+    wrapper.chmod(0o755)
+    cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\nEpilog={wrapper}\n")
+    job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    rc_file = tmp_path / "epilog-n1.rc"
+    cluster.wait_for(rc_file.exists, 60, what="the epilog to run on n1 after the failed prolog")
+    time.sleep(3)     # what Slurm makes of the epilog's exit status
+    assert rc_file.read_text().split() == ["0"], "n1 was drained already (by Slurm): the epilog exits 0"
+    assert cluster.show_node("n1")["Reason"].startswith("Prolog error"), cluster.show_node("n1")["Reason"]
+    [run] = [r for r in journal(tmp_path, "n1") if r["hook"] == "epilog"]
+    assert run["job"] == str(job)
+
+
 def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
     stuck = subprocess.Popen([sys.executable, "-c", STUCK_WRITER, str(hung_mount.path), str(tmp_path)],

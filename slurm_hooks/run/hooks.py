@@ -12,12 +12,14 @@ Slurm had not drained it by then, the next health check does it.
 
 Epilog (`slurm-hooks-epilog`): after the job: its processes still alive (stuck in D),
 GPU memory still held with no process, the filesystems. A sick node is drained at once,
-before the epilog returns, so the next job cannot land there; if slurmctld does not
-answer, the epilog exits non-zero so that Slurm drains the node itself ("Epilog
-error"), and the helper and the next health check put the precise reason in place.
-The epilog never reads the whole node list: the drain-storm breaker is honoured from
-the health checks' latest view. Slurm runs no epilog while a step of the job cannot be
-killed; the health check is what names that task (over Slurm's "Kill task failed").
+before the epilog returns, so the next job cannot land there; once slurmctld has taken
+the drain (or the node was drained already, by Slurm after a failed prolog or by an
+admin) the epilog exits 0. Only if slurmctld does not take it, the epilog exits non-zero
+so that Slurm drains the node itself ("Epilog error"), and the helper and the next
+health check put the precise reason in place. The epilog never reads the whole node
+list: the drain-storm breaker is honoured from the health checks' latest view. Slurm
+runs no epilog while a step of the job cannot be killed; the health check is what names
+that task (over Slurm's "Kill task failed").
 
 With `actions.report_only`, neither hook ever exits non-zero: a failing prolog would
 make Slurm drain the node and requeue the job, which is an action.
@@ -72,7 +74,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     failed = record.status == UNHEALTHY
     if failed or record.actions:
         # Not on the healthy path: the enumerations cost milliseconds to build.
-        from ..core.outcomes import Code, Outcome
+        from ..core.outcomes import Outcome
     drain = next((r for r in record.actions if r.action.kind == "drain"), None)
     if failed and cfg.actions.report_only:
         failed = False      # report only: no exit status that makes Slurm act
@@ -83,9 +85,13 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     record_and_show(cfg, record, as_json)
     if not failed:
         return 0
-    if behaviour(hook).drains_before_exit and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
-            and drain.code != Code.FOREIGN_DRAIN:
-        return 0           # drained with the precise reason already: no generic one on top
+    if behaviour(hook).drains_before_exit and drain is not None:
+        if drain.outcome in (Outcome.DONE, Outcome.SKIPPED):
+            # slurmctld answered and the node is out of service (by us, or already by Slurm
+            # or an admin): a failing exit would only add Slurm's generic drain on top.
+            return 0
+        print(f"slurm-hooks {hook}: the drain did not go through ({drain.message or drain.code}); "
+              "exit 1 so that Slurm drains the node itself", file=sys.stderr)
     return 1
 
 
