@@ -87,6 +87,14 @@ def _parser():
     jr.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=True,
                     help="Python stacks with py-spy where installed (default: yes)")
 
+    rs = sub.add_parser("resume", parents=[common],
+                        help="Undo: resume the nodes slurm-hooks drained and take its cause out of their Comment "
+                        "(needs root)")
+    rs.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to resume (only those slurm-hooks drained)")
+    rs.add_argument("--all", action="store_true", dest="every",
+                    help="every node slurm-hooks drained or left its cause on")
+    rs.add_argument("--dry-run", action="store_true", help="say what would be done")
+
     cf = sub.add_parser("config", parents=[common], help="configuration tools")
     csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
     csub.required = True
@@ -219,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(cfg, args.job, args.node, args.json, args.sample, args.stacks, args.deadline)
     if args.command == "healthcheck":
         return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
+    if args.command == "resume":
+        from .act.undo import main as undo_main
+        return undo_main(cfg, args.nodes, args.every, args.dry_run)
     raise AssertionError(args.command)
 
 

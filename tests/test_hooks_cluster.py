@@ -250,6 +250,36 @@ def test_a_drain_records_its_cause_in_the_comment_and_our_resume_empties_it(clea
 
 
 
+def test_undo_resumes_our_drains_and_takes_our_cause_out_of_the_comment(clean_cluster, hung_mount, tmp_path):
+    """README, Undo: `slurm-hooks resume --all` gives back the nodes slurm-hooks drained and
+    takes its cause out of their Comment; what an admin wrote there stays, and an admin's
+    own drain is left alone. A node resumed by hand loses our stale cause too."""
+    from helpers import SLURM_HOOKS, write_config
+
+    from slurm_hooks.core.reason import is_our_cause
+    cluster = clean_cluster
+    failing = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1}}
+    for node in ("n1", "n3"):
+        [drain] = healthcheck(cluster, tmp_path, node, **failing)["actions"]
+        assert drain["kind"] == "drain" and drain["outcome"] == "done", drain
+    cause = _comment(cluster, "n1")
+    assert is_our_cause(cause), cause
+    cluster.scontrol("update", "nodename=n1", f"comment={cause} ticket 4711")      # an admin adds a note
+    cluster.scontrol("update", "nodename=n3", "state=resume")                      # resumed by hand
+    assert is_our_cause(_comment(cluster, "n3"))
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=disk swap", "comment=PSU swapped")
+    conf = write_config(tmp_path / "undo.yaml", tmp_path, slurm=cluster.hooks_slurm(timeout=10))
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "resume", "--all"], capture_output=True, text=True,
+                       timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "DRAIN" not in cluster.node_state("n1"), r.stdout
+    assert _comment(cluster, "n1") == "ticket 4711", r.stdout
+    assert _comment(cluster, "n3") == "", r.stdout
+    state, reason = cluster.node_state("n2"), cluster.show_node("n2")["Reason"]
+    assert "DRAIN" in state and reason.startswith("disk swap") and _comment(cluster, "n2") == "PSU swapped"
+    assert "n2" not in r.stdout, r.stdout
+
+
 def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
     that drains costs the read, the drain and the re-read; a held run one read."""
