@@ -28,18 +28,17 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
     mine = node_runs(records, node)
     lines = [f"slurm-hooks explain: node {node}"]
     if drain:
-        lines.append(f"drained by slurm-hooks since {_when(drain.get('at'))}: {drain.get('reason')}")
+        decided = _deciding_run(mine, drain.get("reason", ""))
+        lines.append(f"{_who_drained(decided, drain.get('reason', ''))} since {_when(drain.get('at'))}: "
+                     f"{drain.get('reason')}")
         lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
                                          f"{drain.get('passes', 0)})" if drain.get("resumable")
                                          else "no: the cause needs a reboot or a human"))
-        decided = _deciding_run(mine, drain.get("reason", ""))
         if decided is not None:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
             lines.append("actions for it:")
             lines += [f"  {a}" for a in _actions_since(mine, decided)]
-        else:
-            lines.append("the run that drained it is no longer in the journal")
     else:
         lines.append("not drained by slurm-hooks (no drain recorded in local state)")
     shown = _last(mine, runs)
@@ -106,6 +105,22 @@ def _when(t) -> str:
         return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(float(t)))
     except (TypeError, ValueError):
         return "?"
+
+
+def _who_drained(run: dict | None, reason: str) -> str:
+    """Who took the node out, as the journal shows it: slurm-hooks' own drain, or Slurm's
+    after a failing prolog (slurm-hooks left the drain to Slurm, and only re-words its
+    generic reason)."""
+    if run is None:
+        return "drain recorded by slurm-hooks (the run that drained it is no longer in the journal)"
+    drain = next(a for a in run.get("actions", []) if a.get("kind") == "drain" and a.get("reason") == reason)
+    if drain.get("outcome") == Outcome.DEFERRED.value:
+        from ..core.behaviour import BEHAVIOURS
+        hook = run.get("hook", "?")
+        generic = BEHAVIOURS[hook].generic_reason.split("|")[0] if hook in BEHAVIOURS else ""
+        return (f"drained by Slurm (its own `{generic or 'drain'}` when slurm-hooks' {hook} failed; "
+                "slurm-hooks puts its precise reason in place)")
+    return "drained by slurm-hooks"
 
 
 def _deciding_run(runs: list[dict], reason: str) -> dict | None:
