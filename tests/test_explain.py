@@ -30,3 +30,30 @@ def test_a_failed_prologs_drain_is_said_to_be_slurms(tmp_path, hung_mount):
     head = out.splitlines()[1]
     assert "drained by slurm-hooks" not in out, out
     assert head.startswith("drained by Slurm (its own `Prolog error` when slurm-hooks' prolog failed"), out
+
+
+def test_explain_after_failed_prologs_reads_plainly(tmp_path, hung_mount):
+    """The drain's time stays from run to run, the helper's re-wording is among the
+    actions, no result is said twice, no time is a raw epoch."""
+    import json
+    import re
+    import time
+
+    from helpers import poll
+    cfg, env = _prolog_failed(tmp_path, hung_mount)
+    first = _explain(cfg, env)
+    # The detached helper (no Slurm here: it fails) journals what became of its re-wording.
+    journal = tmp_path / "journal.jsonl"
+    poll(lambda: any(json.loads(x).get("followup") for x in journal.read_text().splitlines()), 20,
+         what="the helper's journal line")
+    time.sleep(1.1)
+    _prolog_failed(tmp_path, hung_mount)
+    poll(lambda: sum(bool(json.loads(x).get("followup")) for x in journal.read_text().splitlines()) == 2, 20,
+         what="the second helper's journal line")
+    again = _explain(cfg, env)
+    assert first.splitlines()[1] == again.splitlines()[1], (first, again)
+    assert "re-word node hooknode's reason (prolog's detached helper): failed" in again, again
+    assert "left to Slurm (left to Slurm" not in again, again
+    assert "drain node hooknode: left to Slurm (Slurm drains the node when the prolog fails" in again, again
+    assert not re.search(r"since: \d{9,}", again), again
+    assert re.search(r"since: 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d", again), again

@@ -39,6 +39,14 @@ def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluste
     assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1, "Slurm requeued the job"
     cluster.wait_for(lambda: cluster.job_state(ok_job) == "COMPLETED", 30, what="the healthy node's job to run")
     assert "DRAIN" not in cluster.node_state("n2")
+    # explain: the drain is Slurm's; the re-wording is slurm-hooks' (its detached helper).
+    from helpers import SLURM_HOOKS
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "conf" / "n1.yaml"), "explain", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[1].startswith("drained by Slurm (its own `Prolog error`"), r.stdout
+    assert "re-word node n1's reason (prolog's detached helper): done (replaced Slurm's generic reason" in r.stdout, \
+        r.stdout
 
 
 def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount, tmp_path):

@@ -109,10 +109,11 @@ def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, dr
     record.local_errors += state.errors
     if behaviour(hook).acts_by_exit or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
         spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay,
-                       drain.action.cause)
+                       drain.action.cause, hook)
 
 
-def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float, cause: str = "") -> None:
+def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float, cause: str = "",
+               hook: str = "") -> None:
     """In a detached helper: after a back-off, ask Slurm once about this node and put
     the precise reason in place of its generic one. No polling, no node list (Slurm's
     prolog/epilog guide). If Slurm has not drained the node by then, the next health
@@ -126,12 +127,22 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float,
     slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
     action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True, cause=cause)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
+    _journal_followup(cfg, node, hook, result)
     if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:
         state = StateStore(state_dir(cfg, node))
         try:
             os.unlink(state.path("hook-failure"))
         except OSError:
             pass
+
+
+def _journal_followup(cfg: Config, node: str, hook: str, result) -> None:
+    """The helper's re-wording in the journal, as an action line of the hook it follows
+    (`followup`): explain shows it among the actions for the drain."""
+    from ..sinks import journal
+    line = dict(result.to_json(), event="action", time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), node=node, hook=hook,
+                followup=True)
+    journal.append(cfg.journal, line, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
 
 
 def config_error(hook: str, error, path: str | None = None) -> int:

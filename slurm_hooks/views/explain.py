@@ -38,7 +38,7 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
             lines.append("actions for it:")
-            lines += [f"  {a}" for a in _actions_since(mine, decided)]
+            lines += [f"  {a}" for a in _actions_since(mine, decided, _followups(records, node))]
     else:
         lines.append("not drained by slurm-hooks (no drain recorded in local state)")
     shown = _last(mine, runs)
@@ -148,22 +148,47 @@ def _diagnosis(run: dict) -> list[str]:
                 if value not in (None, "", [], {}):
                     if isinstance(value, list) and key == "stack":
                         value = " < ".join(value[:6])
-                    out.append(f"      {key}: {value}")
+                    out.append(f"      {_shown(key, value, ev)}")
     return out
 
 
-def _actions_since(runs: list[dict], first: dict) -> list[str]:
-    out, seen = [], False
+def _shown(key: str, value, ev: dict) -> str:
+    """One line of evidence as people read it: a time as a time (not an epoch), and a
+    task's time in D as the same figure its summary says."""
+    from ..core.reason import duration
+    if key == "since" and isinstance(value, (int, float)) and value > 1e9:
+        return f"since: {_when(value)}"
+    if key == "seconds" and "d_seconds" in ev:
+        return f"stuck for: {duration(float(ev['d_seconds']), at_least=bool(ev.get('d_at_least')))}"
+    return f"{key}: {value}"
+
+
+def _followups(records: list[dict], node: str) -> list[dict]:
+    """Action lines written outside a run: the prolog's detached helper putting the
+    precise reason in place of Slurm's generic one (run/hooks.py: fix_reason)."""
+    return [r for r in records if r.get("event") == "action" and r.get("followup") and r.get("node") == node]
+
+
+def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None = None) -> list[str]:
+    from ..core.outcomes import result_word
+    timed: list[tuple[str, dict]] = []
+    seen = False
     for r in runs:
         seen = seen or r is first
-        if not seen:
-            continue
-        for a in r.get("actions", []):
-            target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
-            msg = f" ({a['message']})" if a.get("message") else ""
-            from ..core.outcomes import result_word
-            word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
-            out.append(f"{r.get('time')} {a.get('kind')} {target}: {word}{msg}")
+        if seen:
+            timed += [(str(r.get("time")), a) for a in r.get("actions", [])]
+    timed += [(str(a.get("time")), a) for a in followups or [] if str(a.get("time")) >= str(first.get("time"))]
+    out = []
+    for when, a in sorted(timed, key=lambda t: t[0]):
+        target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
+        what = f"{a.get('kind')} {target}"
+        if a.get("followup") and a.get("replace_only"):
+            what = f"re-word {target}'s reason ({a.get('hook') or 'hook'}'s detached helper)"
+        word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
+        msg = str(a.get("message") or "")
+        if msg.startswith(word):        # journals of older releases: the word said twice
+            msg = msg[len(word):].strip(" ():;")
+        out.append(f"{when} {what}: {word}" + (f" ({msg})" if msg else ""))
     return out or ["none"]
 
 
