@@ -12,6 +12,10 @@
 # slurm.conf.example in PREFIX/share/doc/slurm-hooks, and links to the four programs in
 # $SBINDIR (default /usr/local/sbin, on root's PATH; SBINDIR= to skip), so that the
 # bare `slurm-hooks` of every example works.
+# With the optional packages `diagnose` and `job-report` use: ClusterShell (root's
+# fan-out over ssh) and py-spy (Python stacks), the `fanout` and `stacks` extras.
+# EXTRAS=fanout picks some; EXTRAS= (empty) installs none (a node without PyPI access).
+# Later: $PREFIX/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/opt/slurm-hooks}
@@ -22,8 +26,9 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq python3 python3-venv >/dev/null
 fi
+extras=${EXTRAS-fanout,stacks}
 [ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
-"$prefix/bin/pip" install -q --disable-pip-version-check "$here"
+"$prefix/bin/pip" install -q --disable-pip-version-check "$here${extras:+[$extras]}"
 # Our own launchers in place of pip's. `-I`: no PYTHON* variables, no user site, not
 # the current directory (slurmd runs them as root). `-S`: the environment's packages
 # are put on the path here rather than by `site`, which would also run every .pth file
@@ -88,3 +93,8 @@ else
 fi
 echo "HealthCheckProgram=$where/slurm-hooks-healthcheck (see $prefix/share/doc/slurm-hooks/slurm.conf.example)" >&2
 echo "Prometheus rules and Grafana dashboard for your monitoring servers: $prefix/share/slurm-hooks/" >&2
+if [ -n "$extras" ]; then
+    echo "with the extras $extras (ClusterShell, py-spy for diagnose)" >&2
+else
+    echo "without ClusterShell and py-spy (EXTRAS empty); add them with: $prefix/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'" >&2
+fi

@@ -198,6 +198,8 @@ def test_deb_contents(deb):
     assert f"Version: {VERSION}\n" in fields and "Architecture: all\n" in fields
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
     assert {d.strip() for d in depends.split(",")} >= {"python3 (>= 3.9)", "python3-yaml", "python3-psutil"}
+    recommends = run(["dpkg-deb", "-f", deb, "Recommends"]).stdout
+    assert "python3-clustershell" in {d.strip() for d in recommends.split(",")}, recommends
     assert run(["dpkg-deb", "-I", deb, "conffiles"]).stdout.split() == \
         ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
 
@@ -374,6 +376,13 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     assert f"{prefix}/share/slurm-hooks/prometheus/slurm-hooks-rules.yml" in page and "/usr/sbin/" not in page
     r = run([prefix / "bin/slurm-hooks", "--version"])
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
+    # What diagnose needs, in the same environment (the fanout and stacks extras), and
+    # the hints name that environment's own pip.
+    run([prefix / "bin/python", "-I", "-c", "import ClusterShell.Task"])
+    assert os.access(prefix / "bin/py-spy", os.X_OK)
+    r = run([prefix / "bin/python", "-I", "-c",
+             "from slurm_hooks.views.fanout import pip_of_this_installation as p; print(p())"])
+    assert r.stdout.strip() == f"{prefix}/bin/pip"
     # The programs run the environment's python with -I -S: a planted PYTHONPATH, the
     # current directory and the user site stay out, the environment's packages are in.
     for name in PROGRAMS:
@@ -431,6 +440,7 @@ def test_rpm_metadata(rpm):
     requires = rpmq("--requires", rpm).splitlines()
     for req in ("python3 >= 3.9", "python3-pyyaml", "python3-psutil"):
         assert req in requires, requires
+    assert "python3-clustershell" in rpmq("--recommends", rpm).split(), "diagnose's fan-out"
     pynvml_version = run([sys.executable, ROOT / "packaging/stage.py", "--print-pynvml"]).stdout.split("\t")[1].strip()
     assert [x for x in rpmq("--provides", rpm).splitlines() if x.startswith("bundled(")] == \
         [f"bundled(python3-nvidia-ml-py) = {pynvml_version}"]
