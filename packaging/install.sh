@@ -11,7 +11,9 @@
 # Prometheus and Grafana servers, not used on the node), README.md and
 # slurm.conf.example in PREFIX/share/doc/slurm-hooks, and links to the four programs in
 # $SBINDIR (default /usr/local/sbin, on root's PATH; SBINDIR= to skip), so that the
-# bare `slurm-hooks` of every example works.
+# bare `slurm-hooks` of every example works; and `slurm-hooks` alone in $BINDIR (default
+# /usr/local/bin, on every user's PATH; BINDIR= to skip) for the commands any user may run
+# (status, explain, --help; the others say that they need root).
 # With the optional packages `diagnose` and `job-report` use: ClusterShell (root's
 # fan-out over ssh) and py-spy (Python stacks), the `fanout` and `stacks` extras.
 # EXTRAS=fanout picks some; EXTRAS= (empty) installs none (a node without PyPI access).
@@ -79,6 +81,11 @@ if [ -n "$sbindir" ]; then
         ln -sfn "$prefix/bin/$name" "$sbindir/$name"
     done
 fi
+bindir=${BINDIR-/usr/local/bin}
+if [ -n "$bindir" ]; then
+    install -d -m 0755 "$bindir"
+    ln -sfn "$prefix/bin/slurm-hooks" "$bindir/slurm-hooks"
+fi
 
 install -d -m 0755 /etc/slurm-hooks
 [ -e /etc/slurm-hooks/slurm-hooks.yaml ] || install -m 0644 "$here/conf/slurm-hooks.yaml" /etc/slurm-hooks/slurm-hooks.yaml
@@ -87,7 +94,7 @@ install -d -m 0750 /var/log/slurm-hooks
 echo "slurm-hooks $("$prefix/bin/slurm-hooks" --version | cut -d' ' -f2) installed in $prefix" >&2
 where=${sbindir:-$prefix/bin}
 if [ -n "$sbindir" ]; then
-    echo "programs linked into $sbindir; man pages in $mandir (man slurm-hooks)" >&2
+    echo "programs linked into $sbindir${bindir:+, slurm-hooks also into $bindir for every user}; man pages in $mandir (man slurm-hooks)" >&2
 else
     echo "programs in $prefix/bin (not linked: SBINDIR is empty; add it to PATH or link them)" >&2
 fi

@@ -6,6 +6,7 @@ HealthCheckProgram is run by slurmd with no arguments, so it gets its own execut
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from . import TYPE_CHECKING, __version__
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from .checks._config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+# What only root may run: the programs slurmd runs (they read every process, drain,
+# keep root's state) and the Undo. The rest reads, and works for any user where the
+# files and Slurm let it (status: Slurm's node list; explain: the journal and state).
+ROOT_ONLY = ("healthcheck", "prolog", "epilog", "resume")
+FOR_ANY_USER = "status, explain, check, config check, config show, diagnose (your own jobs), --help"
 # status judges no node, so "Slurm could not be asked" must not read as "unhealthy".
 EXIT_NO_SLURM = 3
 
@@ -192,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = _parser().parse_args(argv)
     from .core.config import ConfigError
+    if args.command in ROOT_ONLY and os.geteuid() != 0:
+        print(f"slurm-hooks {args.command}: needs root (slurmd runs it as root); as any user: {FOR_ANY_USER}",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "explain":          # reads the journal: a broken configuration must not stop it
         return _explain(args)
     if args.command in ("prolog", "epilog", "healthcheck"):
@@ -288,6 +298,14 @@ def _explain(args) -> int:
     cfg = _explain_config(args.config)
     path = args.journal or cfg.journal
     node = args.node or node_name(cfg)
+    closed = _not_readable(path) or _not_readable(state_dir(cfg, node), directory=True)
+    if closed:
+        msg = (f"cannot read {closed} as {_user()} (it names users' jobs: root's by default): run it as root, "
+               "or give this user read access (--journal FILE: a copy)")
+        if args.json:
+            _json_error("explain", msg)
+        print(f"slurm-hooks explain: {msg}", file=sys.stderr)
+        return EXIT_USAGE
     records = journal.read(path)
     drain = StateStore(state_dir(cfg, node)).load("drain")
     named = any(r.get("node") == node for r in records)
@@ -305,6 +323,27 @@ def _explain(args) -> int:
     else:
         print(explain(records, node, drain, args.runs))
     return EXIT_OK
+
+
+def _not_readable(path: str, directory: bool = False) -> str | None:
+    """The first of `path`'s directories, or `path` itself, that exists and this user
+    may not read; None when nothing stands in the way (or nothing is there)."""
+    parts = path.rstrip("/").split("/")
+    for i in range(2, len(parts) + (1 if directory else 0)):
+        d = "/".join(parts[:i])
+        if os.path.isdir(d) and not os.access(d, os.R_OK | os.X_OK):
+            return d
+    if not directory and os.path.exists(path) and not os.access(path, os.R_OK):
+        return path
+    return None
+
+
+def _user() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def _explain_config(path_arg):

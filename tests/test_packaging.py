@@ -189,6 +189,7 @@ def test_deb_contents(deb):
     for f in MAN_LINKS:
         assert files.get(f) == "lrwxrwxrwx", (f, files.get(f))
     assert files.get("/usr/share/lintian/overrides/slurm-hooks") == "-rw-r--r--"
+    assert files.get("/usr/bin/slurm-hooks") == "lrwxrwxrwx", "slurm-hooks on every user's PATH"
     lib = sorted(f[len("/usr/share/slurm-hooks/"):] for f in files
                  if f.startswith("/usr/share/slurm-hooks/slurm_hooks/") and not files[f].startswith("d"))
     assert lib == SOURCES, "the package's modules differ from slurm_hooks/*.py (only .py files belong there)"
@@ -316,6 +317,20 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks/journal.jsonl").st_mode) == 0o640
     assert os.path.isdir(f"/var/lib/slurm-hooks/{NODE}")
 
+    # An ordinary user: `slurm-hooks` on the PATH (/usr/bin), its read-only commands run,
+    # and what needs root says so (rather than failing on a file it cannot read).
+    from attacker import unprivileged_user
+    assert os.readlink("/usr/bin/slurm-hooks") == "../sbin/slurm-hooks"
+    with unprivileged_user("shk-admin") as user:
+        r = user.run("slurm-hooks", "--help")
+        assert "explain" in r.stdout and "status" in r.stdout, r.stdout
+        r = user.run("slurm-hooks", "explain", "--node", NODE, check=False)
+        assert r.returncode == 2 and f"cannot read /var/log/slurm-hooks as {user.name}" in r.stderr, r.stderr
+        for command in ("healthcheck", "prolog", "epilog", "resume"):
+            r = user.run("slurm-hooks", command, check=False)
+            assert r.returncode == 2 and f"slurm-hooks {command}: needs root" in r.stderr, (command, r.stderr)
+            assert "as any user: status, explain" in r.stderr, r.stderr
+
     # man finds every program's page and renders it without a warning; the completion
     # loads through bash-completion's own loader and offers the commands and checks.
     need("man", "man-db")
@@ -351,7 +366,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     run(["dpkg", "--purge", "slurm-hooks"])
     TIMINGS["dpkg --purge"] = f"{time.monotonic() - t:.1f}s"
     assert not installed("slurm-hooks")
-    for p in ("/usr/sbin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
+    for p in ("/usr/sbin/slurm-hooks", "/usr/bin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
               *MAN_LINKS, *TAKEN_OVER):
         assert not os.path.lexists(p), f"{p} left after purge"
 
@@ -364,12 +379,16 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     rules and the dashboard, the configuration and the private directories."""
     prefix, mandir, completions = tmp_path / "opt", tmp_path / "man", tmp_path / "completions"
     sbindir = tmp_path / "sbin"            # not the host's /usr/local/sbin
+    bindir = tmp_path / "bin"              # nor its /usr/local/bin
     env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions),
-               SBINDIR=str(sbindir))
+               SBINDIR=str(sbindir), BINDIR=str(bindir))
     timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
     # The programs on root's PATH, and man pages that name where this install put things.
     for name in PROGRAMS:
         assert os.readlink(sbindir / name) == str(prefix / "bin" / name), name
+    # On every user's PATH: the command alone (its read-only commands), not the hooks.
+    assert sorted(os.listdir(bindir)) == ["slurm-hooks"] and os.readlink(bindir / "slurm-hooks") == \
+        str(prefix / "bin/slurm-hooks")
     page = gzip.decompress((mandir / "man8/slurm-hooks.8.gz").read_bytes()).decode()
     page = page.replace("\\-", "-").replace("\\:", "")         # roff's hyphens and break points
     assert f"HealthCheckProgram={sbindir}/slurm-hooks-healthcheck" in page
@@ -451,6 +470,7 @@ def test_rpm_metadata(rpm):
         listing[fields[-1]] = fields[0]
     for name in PROGRAMS:
         assert listing.get(f"/usr/sbin/{name}") == "-rwxr-xr-x", name
+    assert listing.get("/usr/bin/slurm-hooks", "").startswith("l"), "slurm-hooks on every user's PATH"
     for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml", "/etc/logrotate.d/slurm-hooks",
               "/usr/share/doc/slurm-hooks/README.md", "/usr/share/doc/slurm-hooks/slurm.conf.example",
               "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE"):
