@@ -392,14 +392,16 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
 
     from .checks._config import load_config
     from .core import config
-    from .views.configcheck import probe_warnings
+    from .views.configcheck import probe_plan, probe_warnings, render_plan
     if path is None:
+        from .checks._config import default_config
         text = "no configuration file given or found; the built-in defaults are in use"
-        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text})
-              if as_json else text)
+        plan = probe_plan(default_config())
+        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text, "plan": plan})
+              if as_json else "\n".join([text, *render_plan(plan)]))
         return EXIT_OK
     try:
-        load_config(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
+        cfg = load_config(path, cache_dir=None, mount_kind=_mount_kind)  # the file as it is now, not a cached copy
     except config.ConfigError as e:
         if as_json:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
@@ -407,15 +409,18 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
         return EXIT_USAGE
     warnings = probe_warnings(path)
     ok = not (strict and warnings)
+    plan = probe_plan(cfg)
     if as_json:
         print(json.dumps({"file": path, "ok": ok, "problems": warnings if strict else [],
-                          "warnings": [] if strict else warnings}, indent=2))
+                          "warnings": [] if strict else warnings, "plan": plan}, indent=2))
     else:
         label = "error" if strict else "warning"
         for w in warnings:
             print(f"{label}: {w}", file=sys.stderr)
         print(f"{path}: OK" + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
               if ok else f"{path}: {len(warnings)} error{'s' * (len(warnings) != 1)} (--strict)")
+        # What this node's runs will probe, and why: seen before the first drain.
+        print("\n".join(render_plan(plan)))
     return EXIT_OK if ok else EXIT_USAGE
 
 
