@@ -187,7 +187,9 @@ def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None =
         word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
         msg = str(a.get("message") or "")
         if msg.startswith(word):        # journals of older releases: the word said twice
-            msg = msg[len(word):].strip(" ():;")
+            rest = msg[len(word):].strip()
+            inner, _, tail = rest[1:].partition(")") if rest.startswith("(") else ("", "", rest)
+            msg = f"{inner}{tail}".strip(" ;:")
         out.append(f"{when} {what}: {word}" + (f" ({msg})" if msg else ""))
     return out or ["none"]
 
