@@ -411,3 +411,11 @@ def test_health_check_replaces_a_generic_prolog_error(clean_cluster, tmp_path):
         [("skipped", "not drained (resumed since): nothing to replace")]
     assert "DRAIN" not in cluster.node_state("n2")
     assert not (tmp_path / "state" / "n1" / "hook-failure.json").exists()
+    # explain: the drain is Slurm's, only its reason slurm-hooks'.
+    from helpers import SLURM_HOOKS
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "n1-manual.yaml"), "explain", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    head = r.stdout.splitlines()[1]
+    assert head.startswith("drained by Slurm, its reason re-worded by slurm-hooks (replaced Slurm's generic reason "
+                           "'Prolog error')"), r.stdout

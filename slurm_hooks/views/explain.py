@@ -120,6 +120,10 @@ def _who_drained(run: dict | None, reason: str) -> str:
         generic = BEHAVIOURS[hook].generic_reason.split("|")[0] if hook in BEHAVIOURS else ""
         return (f"drained by Slurm (its own `{generic or 'drain'}` when slurm-hooks' {hook} failed; "
                 "slurm-hooks puts its precise reason in place)")
+    if drain.get("code") == "replaced_generic":
+        # The health check found Slurm's own drain (`Prolog error`, `Kill task failed`)
+        # and put the precise reason over it: the reason is ours, the drain Slurm's.
+        return f"drained by Slurm, its reason re-worded by slurm-hooks ({drain.get('message') or 'generic reason'})"
     return "drained by slurm-hooks"
 
 
