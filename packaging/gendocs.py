@@ -259,7 +259,9 @@ def manpage_cli(parser=None) -> str:
              "lock, metrics file or configuration cache): it says so on stderr and in syslog, and "
              "the prolog and epilog fail no job for it."),
         ".TP", _b(str(cli.EXIT_UNHEALTHY)),
-        roff("Unhealthy: a check failed (for the prolog and epilog: Slurm drains the node). diagnose: "
+        roff("Unhealthy: a check failed (the prolog: Slurm drains the node; the epilog drains it itself "
+             "and exits 1 only when slurmctld did not take the drain, so that Slurm drains it). resume: a "
+             "node could not be resumed or is not known to Slurm. diagnose: "
              "a node did not answer, a --record write failed, or the job could not be looked up "
              "(not known to Slurm, or Slurm could not be asked). explain: no run of the node in the "
              "journal and no drain recorded for it."),
@@ -269,7 +271,8 @@ def manpage_cli(parser=None) -> str:
              "every node fails no job; they log the error."),
         ".TP", _b(str(cli.EXIT_NO_SLURM)),
         roff("status: Slurm could not be asked (no configuration found on this node, slurmctld not "
-             "answering, scontrol missing); it judges no node, so this is not \"unhealthy\"."),
+             "answering, scontrol missing); it judges no node, so this is not \"unhealthy\". resume: the same, "
+             "nothing was resumed."),
         ".SH ENVIRONMENT",
         ".TP", _b(config.ENV_VAR),
         roff(f"The configuration file, when --config is not given. Without either, "

@@ -11,7 +11,13 @@
 # Prometheus and Grafana servers, not used on the node), README.md and
 # slurm.conf.example in PREFIX/share/doc/slurm-hooks, and links to the four programs in
 # $SBINDIR (default /usr/local/sbin, on root's PATH; SBINDIR= to skip), so that the
-# bare `slurm-hooks` of every example works.
+# bare `slurm-hooks` of every example works; and `slurm-hooks` alone in $BINDIR (default
+# /usr/local/bin, on every user's PATH; BINDIR= to skip) for the commands any user may run
+# (status, explain, --help; the others say that they need root).
+# With the optional packages `diagnose` and `job-report` use: ClusterShell (root's
+# fan-out over ssh) and py-spy (Python stacks), the `fanout` and `stacks` extras.
+# EXTRAS=fanout picks some; EXTRAS= (empty) installs none (a node without PyPI access).
+# Later: $PREFIX/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/opt/slurm-hooks}
@@ -22,8 +28,9 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get update -qq
     apt-get install -y -qq python3 python3-venv >/dev/null
 fi
+extras=${EXTRAS-fanout,stacks}
 [ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
-"$prefix/bin/pip" install -q --disable-pip-version-check "$here"
+"$prefix/bin/pip" install -q --disable-pip-version-check "$here${extras:+[$extras]}"
 # Our own launchers in place of pip's. `-I`: no PYTHON* variables, no user site, not
 # the current directory (slurmd runs them as root). `-S`: the environment's packages
 # are put on the path here rather than by `site`, which would also run every .pth file
@@ -74,6 +81,11 @@ if [ -n "$sbindir" ]; then
         ln -sfn "$prefix/bin/$name" "$sbindir/$name"
     done
 fi
+bindir=${BINDIR-/usr/local/bin}
+if [ -n "$bindir" ]; then
+    install -d -m 0755 "$bindir"
+    ln -sfn "$prefix/bin/slurm-hooks" "$bindir/slurm-hooks"
+fi
 
 install -d -m 0755 /etc/slurm-hooks
 [ -e /etc/slurm-hooks/slurm-hooks.yaml ] || install -m 0644 "$here/conf/slurm-hooks.yaml" /etc/slurm-hooks/slurm-hooks.yaml
@@ -82,9 +94,14 @@ install -d -m 0750 /var/log/slurm-hooks
 echo "slurm-hooks $("$prefix/bin/slurm-hooks" --version | cut -d' ' -f2) installed in $prefix" >&2
 where=${sbindir:-$prefix/bin}
 if [ -n "$sbindir" ]; then
-    echo "programs linked into $sbindir; man pages in $mandir (man slurm-hooks)" >&2
+    echo "programs linked into $sbindir${bindir:+, slurm-hooks also into $bindir for every user}; man pages in $mandir (man slurm-hooks)" >&2
 else
     echo "programs in $prefix/bin (not linked: SBINDIR is empty; add it to PATH or link them)" >&2
 fi
 echo "HealthCheckProgram=$where/slurm-hooks-healthcheck (see $prefix/share/doc/slurm-hooks/slurm.conf.example)" >&2
 echo "Prometheus rules and Grafana dashboard for your monitoring servers: $prefix/share/slurm-hooks/" >&2
+if [ -n "$extras" ]; then
+    echo "with the extras $extras (ClusterShell, py-spy for diagnose)" >&2
+else
+    echo "without ClusterShell and py-spy (EXTRAS empty); add them with: $prefix/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'" >&2
+fi

@@ -13,6 +13,7 @@ Produces, under DIR (PREFIX is /usr by default):
     PREFIX/share/slurm-hooks/prometheus/slurm-hooks-rules.yml   alerting rules
     PREFIX/share/slurm-hooks/grafana/slurm-hooks.json           dashboard
     PREFIX/sbin/slurm-hooks{,-healthcheck,-prolog,-epilog}
+    PREFIX/bin/slurm-hooks                     a link to sbin's, on every user's PATH
     PREFIX/share/man/man8/slurm-hooks.8.gz     and a link to it for each other program
     PREFIX/share/man/man5/slurm-hooks.yaml.5.gz
     PREFIX/share/bash-completion/completions/slurm-hooks
@@ -229,6 +230,10 @@ def stage(root: str, pynvml: str | None, pynvml_ver: str | None, prefix: str, py
     for name, func in ENTRY_POINTS.items():
         text = LAUNCHER.format(python=python, name=name, version=ver, libdir=libdir, func=func)
         s.write(s.path(prefix, "sbin", name), text.encode(), 0o755)
+    # The read-only commands (status, explain, --help) for every user: /usr/bin is on
+    # everyone's PATH, /usr/sbin often only on root's.
+    s.mkdir(prefix, "bin")
+    s.symlink("../sbin/slurm-hooks", s.path(prefix, "bin", "slurm-hooks"))
 
     for dest, src in MONITORING.items():
         s.copy(os.path.join(SRC, src), s.path(libdir, dest))

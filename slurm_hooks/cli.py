@@ -6,6 +6,7 @@ HealthCheckProgram is run by slurmd with no arguments, so it gets its own execut
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from . import TYPE_CHECKING, __version__
@@ -14,6 +15,11 @@ if TYPE_CHECKING:
     from .checks._config import Config
 
 EXIT_OK, EXIT_UNHEALTHY, EXIT_USAGE = 0, 1, 2
+# What only root may run: the programs slurmd runs (they read every process, drain,
+# keep root's state) and the Undo. The rest reads, and works for any user where the
+# files and Slurm let it (status: Slurm's node list; explain: the journal and state).
+ROOT_ONLY = ("healthcheck", "prolog", "epilog", "resume")
+FOR_ANY_USER = "status, explain, check, config check, config show, diagnose (your own jobs), --help"
 # status judges no node, so "Slurm could not be asked" must not read as "unhealthy".
 EXIT_NO_SLURM = 3
 
@@ -86,6 +92,14 @@ def _parser():
                     help="finish within this many seconds (default 15)")
     jr.add_argument("--stacks", action=argparse.BooleanOptionalAction, default=True,
                     help="Python stacks with py-spy where installed (default: yes)")
+
+    rs = sub.add_parser("resume", parents=[common],
+                        help="Undo: resume the nodes slurm-hooks drained and take its cause out of their Comment "
+                        "(needs root)")
+    rs.add_argument("nodes", nargs="*", metavar="NODE", help="nodes to resume (only those slurm-hooks drained)")
+    rs.add_argument("--all", action="store_true", dest="every",
+                    help="every node slurm-hooks drained or left its cause on")
+    rs.add_argument("--dry-run", action="store_true", help="say what would be done")
 
     cf = sub.add_parser("config", parents=[common], help="configuration tools")
     csub = cf.add_subparsers(dest="config_command", metavar="ACTION")
@@ -184,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         args = _parser().parse_args(argv)
     from .core.config import ConfigError
+    if args.command in ROOT_ONLY and os.geteuid() != 0:
+        print(f"slurm-hooks {args.command}: needs root (slurmd runs it as root); as any user: {FOR_ANY_USER}",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.command == "explain":          # reads the journal: a broken configuration must not stop it
         return _explain(args)
     if args.command in ("prolog", "epilog", "healthcheck"):
@@ -219,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         return report_main(cfg, args.job, args.node, args.json, args.sample, args.stacks, args.deadline)
     if args.command == "healthcheck":
         return _healthcheck(cfg, dry_run=args.dry_run, as_json=args.json)
+    if args.command == "resume":
+        from .act.undo import main as undo_main
+        return undo_main(cfg, args.nodes, args.every, args.dry_run)
     raise AssertionError(args.command)
 
 
@@ -278,6 +299,14 @@ def _explain(args) -> int:
     cfg = _explain_config(args.config)
     path = args.journal or cfg.journal
     node = args.node or node_name(cfg)
+    closed = _not_readable(path) or _not_readable(state_dir(cfg, node), directory=True)
+    if closed:
+        msg = (f"cannot read {closed} as {_user()} (it names users' jobs: root's by default): run it as root, "
+               "or give this user read access (--journal FILE: a copy)")
+        if args.json:
+            _json_error("explain", msg)
+        print(f"slurm-hooks explain: {msg}", file=sys.stderr)
+        return EXIT_USAGE
     records = journal.read(path)
     drain = StateStore(state_dir(cfg, node)).load("drain")
     named = any(r.get("node") == node for r in records)
@@ -295,6 +324,27 @@ def _explain(args) -> int:
     else:
         print(explain(records, node, drain, args.runs))
     return EXIT_OK
+
+
+def _not_readable(path: str, directory: bool = False) -> str | None:
+    """The first of `path`'s directories, or `path` itself, that exists and this user
+    may not read; None when nothing stands in the way (or nothing is there)."""
+    parts = path.rstrip("/").split("/")
+    for i in range(2, len(parts) + (1 if directory else 0)):
+        d = "/".join(parts[:i])
+        if os.path.isdir(d) and not os.access(d, os.R_OK | os.X_OK):
+            return d
+    if not directory and os.path.exists(path) and not os.access(path, os.R_OK):
+        return path
+    return None
+
+
+def _user() -> str:
+    import pwd
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def _explain_config(path_arg):
@@ -343,14 +393,16 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
 
     from .checks._config import load_config
     from .core import config
-    from .views.configcheck import probe_warnings
+    from .views.configcheck import probe_plan, probe_warnings, render_plan
     if path is None:
+        from .checks._config import default_config
         text = "no configuration file given or found; the built-in defaults are in use"
-        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text})
-              if as_json else text)
+        plan = probe_plan(default_config())
+        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text, "plan": plan})
+              if as_json else "\n".join([text, *render_plan(plan)]))
         return EXIT_OK
     try:
-        load_config(path, cache_dir=None, mount_kind=_mount_kind)      # the file as it is now, not a cached copy
+        cfg = load_config(path, cache_dir=None, mount_kind=_mount_kind)  # the file as it is now, not a cached copy
     except config.ConfigError as e:
         if as_json:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
@@ -358,15 +410,18 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
         return EXIT_USAGE
     warnings = probe_warnings(path)
     ok = not (strict and warnings)
+    plan = probe_plan(cfg)
     if as_json:
         print(json.dumps({"file": path, "ok": ok, "problems": warnings if strict else [],
-                          "warnings": [] if strict else warnings}, indent=2))
+                          "warnings": [] if strict else warnings, "plan": plan}, indent=2))
     else:
         label = "error" if strict else "warning"
         for w in warnings:
             print(f"{label}: {w}", file=sys.stderr)
         print(f"{path}: OK" + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
               if ok else f"{path}: {len(warnings)} error{'s' * (len(warnings) != 1)} (--strict)")
+        # What this node's runs will probe, and why: seen before the first drain.
+        print("\n".join(render_plan(plan)))
     return EXIT_OK if ok else EXIT_USAGE
 
 

@@ -16,6 +16,11 @@ Shared on purpose: the cgroup hierarchies (Slurm locks its cgroup roots with flo
 the job ids of the two clusters differ), the users (tests/attacker.py takes a suffix
 per session), TCP ports (each session gets its own range: SLURM_HOOKS_TEST_PORTS).
 
+A checkout (and the virtual environment in it) that lies under one of those paths, say
+/tmp/slurm-hooks, would be hidden by the session's own /tmp: it is bound through, at the
+same path, so the command finds its interpreter and its tests (a bind that fails stops
+the session at once, saying so).
+
 The command runs as a child of this script, which is PID 1 of the new namespace: it
 reaps every orphan (the checker leaves its hung children to be reaped), forwards
 SIGINT, SIGTERM, SIGHUP and SIGQUIT to the command's process group, and exits with the
@@ -49,6 +54,36 @@ def enter(root: Path, argv: list[str]) -> None:
                        sys.executable, os.path.abspath(__file__), "--init", str(root), "--", *argv])
 
 
+CHECKOUT = Path(__file__).resolve().parent.parent
+MS_BIND, MS_REC = 0x1000, 0x4000
+
+
+def hidden(paths: list[Path]) -> list[Path]:
+    """Those of `paths` that a private path would hide (one inside another: the outer)."""
+    found = {p for p in paths for q in PRIVATE if p != Path(q) and Path(q) in p.parents}
+    return sorted(p for p in found if not any(o in p.parents for o in found))
+
+
+def carry_through(paths: list[Path]) -> dict[Path, int]:
+    """Before the private binds: an open handle on each path they would hide."""
+    return {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in paths}
+
+
+def bind_back(handles: dict[Path, int]) -> None:
+    """After the private binds: each hidden path bound back at its own place, from its
+    handle (its path now names the private directory). mount(8) would resolve the
+    handle's /proc/self/fd name to that path string: the system call follows the link."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path, fd in handles.items():
+        path.mkdir(parents=True, exist_ok=True)
+        if libc.mount(f"/proc/self/fd/{fd}".encode(), str(path).encode(), None, MS_BIND | MS_REC, None) != 0:
+            err = ctypes.get_errno()
+            sys.exit(f"namespaced.py: cannot bind the checkout {path} through the session's private "
+                     f"{', '.join(PRIVATE)}: {os.strerror(err)}; move the checkout elsewhere (not under /tmp)")
+        os.close(fd)
+
+
 def bind_private(root: Path) -> None:
     for path in PRIVATE:
         own = private_dir(root, path)
@@ -62,7 +97,9 @@ def bind_private(root: Path) -> None:
 def init(root: Path, argv: list[str]) -> int:
     if os.getpid() != 1:
         sys.exit("namespaced.py --init runs only as PID 1 of a new PID namespace")
+    handles = carry_through(hidden([CHECKOUT, Path(os.getcwd()).resolve()]))
     bind_private(root)
+    bind_back(handles)
     child = os.fork()
     if child == 0:
         os.setpgid(0, 0)     # signals reach it once, through us, not also from the tty
@@ -105,6 +142,9 @@ def main(args: list[str]) -> int:
     if len(args) < 3 or args[1] != "--":
         sys.exit(__doc__.split("\n\n")[1])
     root, argv = Path(args[0]).resolve(), args[2:]
+    if hidden([root]):
+        sys.exit(f"namespaced.py: {root} would be hidden by the session's own {', '.join(PRIVATE)}: "
+                 "give a PRIVATE_DIR elsewhere (tests/run.sh uses /var/tmp)")
     if inside:
         return init(root, argv)
     root.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,9 @@
 # Without a source tarball those tests are skipped, with the reason.
 # SLURM_HOOKS_SLURM=distro|built|both (default both) picks the sessions. With both, the
 # two sessions run side by side, each in its own PID and mount namespaces
-# (tests/namespaced.py); SLURM_HOOKS_SIDE_BY_SIDE=no runs them one after the other.
+# (tests/namespaced.py, under SLURM_HOOKS_TEST_PRIVATE, default /var/tmp/slurm-hooks-tests);
+# SLURM_HOOKS_SIDE_BY_SIDE=no runs them one after the other.
+# The first step that fails ends the run with its status (the linters, a session).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
@@ -81,7 +83,7 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     # The two sessions side by side, each in its own PID and mount namespaces
     # (tests/namespaced.py): its own processes, mounts, /tmp and munged, its own TCP
     # ports and test users. Most of a session's time is Slurm's own timers.
-    private=/var/tmp/slurm-hooks-tests
+    private=${SLURM_HOOKS_TEST_PRIVATE:-/var/tmp/slurm-hooks-tests}
     made=()
     for d in /tmp /run/munge /run/slurm-hooks /var/log/slurm-hooks; do
         [ -d "$d" ] || { mkdir -p "$d"; made+=("$d"); }
@@ -126,6 +128,12 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
         for d in "${made[@]}"; do rmdir "$d" 2>/dev/null || true; done
         exit 143
     fi
+    # The first failed step ends the run: what follows would only bury its output.
+    if [ $status -ne 0 ]; then
+        for d in "${made[@]}"; do rmdir "$d" 2>/dev/null || true; done
+        echo "tests/run.sh: a session failed (exit $status): stopping here, the host-path tests not run" >&2
+        exit $status
+    fi
     # Last, on the host itself: the tests that install the packages over slurm-hooks'
     # own paths, where the sessions had their private copies mounted.
     echo "=== the tests that take over slurm-hooks' host paths (the packages installed) ==="
@@ -138,6 +146,10 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
 fi
 if [ "$sessions" != built ]; then
     distro_session "$@" || status=$?
+    if [ $status -ne 0 ] && [ "$sessions" != distro ]; then
+        echo "tests/run.sh: the session on Debian's Slurm failed (exit $status): stopping here, the built Slurm's not run" >&2
+        exit $status
+    fi
 fi
 if [ "$sessions" != distro ]; then
     echo "=== the Slurm-facing tests on the Slurm built from source (${built_args[*]}) ==="

@@ -110,7 +110,7 @@ def run_cli(*args, env=None):
 
 def test_config_check_command(tmp_path):
     good = run_cli("config", "check", str(ROOT / "conf" / "slurm-hooks.yaml"))
-    assert good.returncode == 0 and good.stdout.strip().endswith(": OK")
+    assert good.returncode == 0 and good.stdout.splitlines()[0].endswith(": OK")
     bad = tmp_path / "bad.yaml"
     bad.write_text("filesystems:\n  - path: /scratch\n    timeout: -3\n")
     r = run_cli("config", "check", str(bad))

@@ -3,6 +3,7 @@ grouping, the order (odd one out first), the summary line, srun's labelled outpu
 from __future__ import annotations
 
 import json
+import os
 import re
 from types import SimpleNamespace
 
@@ -187,6 +188,25 @@ def test_how_a_node_s_ssh_ended_is_read_from_ssh_s_words_once():
     assert _no_answer("b3", hung, 5, "root", "").startswith("b3 did not answer: ssh: ")
     assert _no_answer("b3", refused, 5, "root", "").startswith("b3 gave no report: ssh as root failed")
     assert _no_answer("b3", said, 5, "root", "").startswith("b3 gave no report: the collector exited with status 3")
+
+
+def test_an_ssh_that_fails_on_its_way_in_says_what_to_do():
+    """Root's ssh meeting a node for the first time, or a key the node refuses: which
+    file, which user, which key, ssh-keyscan (ssh's own words, as OpenSSH 9 says them)."""
+    import pwd
+
+    from slurm_hooks.views.diagnose import _no_answer
+    from slurm_hooks.views.fanout import NodeAnswer
+    me = pwd.getpwuid(os.geteuid())
+    unknown = NodeAnswer(node="b3", rc=255, stderr="No ED25519 host key is known for b3 and you have requested "
+                         "strict checking.\nHost key verification failed.\n")
+    said = _no_answer("b3", unknown, 5, "root", "")
+    assert f"{me.pw_name}'s ssh does not know b3's host key" in said, said
+    assert f"ssh-keyscan -H b3 >> {me.pw_dir}/.ssh/known_hosts" in said and "/etc/ssh/ssh_known_hosts" in said, said
+    refused = NodeAnswer(node="b3", rc=255, stderr="admin@b3: Permission denied (publickey).\n")
+    said = _no_answer("b3", refused, 5, "admin", "")
+    assert f"b3 refused {me.pw_name}'s keys for user admin" in said and "~admin/.ssh/authorized_keys" in said, said
+    assert "ssh-copy-id admin@b3" in said, said
 
 
 def test_a_rank_spinning_on_a_crowded_node_is_busy_not_waiting():

@@ -333,6 +333,14 @@ def test_without_root_ssh_the_report_says_so_and_how_to_enable_it(clean_cluster,
     assert r.returncode == 1
     assert "n1 gave no report: ssh as nobody failed: nobody@127.0.0.1: Permission denied (publickey)" in r.stdout
     assert "allow root ssh from here to the nodes: a key or host-based authentication" in r.stdout
+    assert "n1 refused root's keys for user nobody" in r.stdout and "ssh-copy-id nobody@n1" in r.stdout, r.stdout
+    # Root's ssh has never met the nodes: which file, and ssh-keyscan.
+    unknown = [*sshd.options(), "-o", "UserKnownHostsFile=/dev/null"]
+    r, _ = diagnose(admin_env(tmp_path, cluster, sshd, ssh_options=unknown), job, "--timeout", "8")
+    assert r.returncode == 1
+    assert "Host key verification failed" in r.stdout, r.stdout
+    assert "root's ssh does not know n1's host key" in r.stdout and "ssh-keyscan -H n1 >> /root/.ssh/known_hosts" \
+        in r.stdout, r.stdout
     # srun as root on another user's job: Slurm's refusal, and what to do instead.
     r, _ = diagnose(admin_env(tmp_path, cluster, sshd, fanout="srun"), job, "--timeout", "8")
     assert r.returncode == 1

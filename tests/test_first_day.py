@@ -200,7 +200,7 @@ def test_config_check_warns_about_probes_this_node_would_fail(tmp_path):
                     f"  - path: /\n    fstype: lustre\n")
     r = subprocess.run([str(SLURM_HOOKS), "config", "check", str(conf)], capture_output=True, text=True,
                        timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == f"{conf}: OK (3 warnings)", (r.stdout, r.stderr)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == f"{conf}: OK (3 warnings)", (r.stdout, r.stderr)
     assert f"warning: {conf}:3: filesystems[1].path: /nonexistent/dir does not exist" in r.stderr
     assert "mkdir -p /nonexistent/dir" in r.stderr, "says how to create the probe directory"
     assert f"warning: {conf}:5: filesystems[2].mountpoint: mountpoint /no/such/mount is not in" in r.stderr
@@ -274,3 +274,38 @@ def test_man_pages_name_the_layout_they_were_built_for(tmp_path):
 def _plain(page) -> str:
     """A man page's source with roff's escaped hyphens, break points and line breaks undone."""
     return re.sub(r"\s+", " ", page.read_text().replace("\\-", "-").replace("\\:", ""))
+
+
+def test_config_check_lists_what_each_hook_probes_here_and_what_it_leaves_alone(tmp_path, hung_mount):
+    """With `filesystems: []`: the default scratch (write), every root-mounted network or
+    FUSE mount (read) and why, each hook's deadline; a user's own FUSE mount is named as
+    left alone. With a list: the listed paths only."""
+    from attacker import unprivileged_user
+    conf = tmp_path / "defaults.yaml"
+    conf.write_text("filesystems: []\n")
+    with unprivileged_user("shk-mounter") as user:
+        own = user.fuse("ok", "bucket")
+        r = subprocess.run([str(SLURM_HOOKS), "config", "check", str(conf)], capture_output=True, text=True,
+                           timeout=60)
+        j = json.loads(subprocess.run([str(SLURM_HOOKS), "config", "check", "--json", str(conf)],
+                                      capture_output=True, text=True, timeout=60).stdout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"{conf}: OK"
+    assert lines[1].startswith("filesystem probes on this node"), r.stdout
+    probes = {p["path"]: p for p in j["plan"]["probes"]}
+    assert probes["/tmp"]["mode"] == "write" and probes["/tmp"]["why"] == "default: local scratch", probes
+    hung = probes[str(hung_mount.path)]
+    assert hung["mode"] == "read" and hung["why"] == "default: fuse.fusefs mount found in the mount table", hung
+    assert hung["deadlines"] == {"healthcheck": 10, "prolog": 3, "epilog": 3}, hung
+    assert any(ln.split()[:2] == [str(hung_mount.path), "read"] and "fuse.fusefs mount found" in ln for ln in lines)
+    assert str(own.path) not in probes
+    assert {"mountpoint": str(own.path), "fstype": "fuse.user-bucket", "uid": user.uid} in j["plan"]["left_alone"] \
+        or any(m["mountpoint"] == str(own.path) and m["uid"] == user.uid for m in j["plan"]["left_alone"]), j["plan"]
+    assert "left alone (users' own FUSE mounts" in r.stdout and f"  {own.path} (" in r.stdout, r.stdout
+    listed = tmp_path / "listed.yaml"
+    listed.write_text(f"filesystems:\n  - path: {tmp_path}\n")
+    j = json.loads(subprocess.run([str(SLURM_HOOKS), "config", "check", "--json", str(listed)],
+                                  capture_output=True, text=True, timeout=60).stdout)
+    assert [(p["path"], p["mode"], p["why"]) for p in j["plan"]["probes"]] == \
+        [(str(tmp_path), "write", "listed in filesystems")], j["plan"]

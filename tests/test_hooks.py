@@ -115,3 +115,16 @@ def test_failing_prolog_returns_at_once_and_frees_its_pipes(tmp_path, hung_mount
               if json.loads(x)["event"] == "run"][-1]
     assert record["hook"] == "prolog" and record["job"] == "77" and record["status"] == "unhealthy"
     assert [a["outcome"] for a in record["actions"]] == ["deferred"]
+
+
+def test_an_epilog_whose_drain_does_not_go_through_exits_1_saying_why(tmp_path, hung_mount):
+    """README: the epilog exits non-zero only when slurmctld did not take its drain (here
+    no Slurm configuration at all), with the reason on stderr, so that Slurm drains."""
+    cfg = write_config(tmp_path / "c.yaml", tmp_path, filesystems=[{"path": str(hung_mount.path)}],
+                       epilog={"fs_timeout": 1, "reason_delay": 30},
+                       slurm={"conf": str(tmp_path / "no-slurm.conf"), "timeout": 5})
+    env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "hooknode", "SLURM_JOB_ID": "78"}
+    r = subprocess.run([str(BIN / "slurm-hooks-epilog")], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "slurm-hooks epilog: the drain did not go through (" in r.stderr, r.stderr
+    assert "exit 1 so that Slurm drains the node itself" in r.stderr, r.stderr

@@ -39,6 +39,14 @@ def test_prolog_failure_drains_with_the_precise_reason_and_requeues(clean_cluste
     assert info["JobState"] == "PENDING" and int(info["Restarts"]) >= 1, "Slurm requeued the job"
     cluster.wait_for(lambda: cluster.job_state(ok_job) == "COMPLETED", 30, what="the healthy node's job to run")
     assert "DRAIN" not in cluster.node_state("n2")
+    # explain: the drain is Slurm's; the re-wording is slurm-hooks' (its detached helper).
+    from helpers import SLURM_HOOKS
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "conf" / "n1.yaml"), "explain", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[1].startswith("drained by Slurm (its own `Prolog error`"), r.stdout
+    assert "re-word node n1's reason (prolog's detached helper): done (replaced Slurm's generic reason" in r.stdout, \
+        r.stdout
 
 
 def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount, tmp_path):
@@ -75,6 +83,55 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     assert cluster.job_state(nxt) == "PENDING"
     epilog_runs = [r for r in journal(tmp_path, "n2") if r["hook"] == "epilog"]
     assert epilog_runs and epilog_runs[-1]["job"] == str(job)
+
+
+def test_epilog_that_drained_exits_0_and_slurm_adds_no_epilog_error(clean_cluster, hung_mount, tmp_path):
+    """README: the epilog drains a sick node itself and exits non-zero only when slurmctld
+    cannot be reached. Once slurmctld took the drain, a failing exit would make Slurm drain
+    the node again with its own `Epilog error` over the precise reason."""
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
+                       {"filesystems": [{"path": str(tmp_path)}], "epilog": {"fs_timeout": 1}})
+    hook_wrapper(tmp_path, "epilog")
+    # The epilog as slurmd runs it, its exit status kept beside it.
+    wrapper = tmp_path / "epilog-status"
+    wrapper.write_text(f"#!/bin/sh\n{tmp_path}/epilog\nrc=$?\necho $rc >> {tmp_path}/epilog-$SLURMD_NODENAME.rc\nexit $rc\n")
+    wrapper.chmod(0o755)
+    cluster.reconfigure(f"Epilog={wrapper}\n")
+    job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    rc_file = tmp_path / "epilog-n1.rc"
+    cluster.wait_for(rc_file.exists, 60, what="the epilog to run on n1")
+    assert rc_file.read_text().split() == ["0"], "the epilog drained the node itself: it exits 0"
+    time.sleep(3)     # what Slurm makes of the epilog's exit status
+    reason = cluster.show_node("n1")["Reason"]
+    assert ours(reason, f"fs {hung_mount.path} hung >1s"), reason
+    [run] = [r for r in journal(tmp_path, "n1") if r["hook"] == "epilog"]
+    assert run["job"] == str(job)
+    [drain] = [a for a in run["actions"] if a["kind"] == "drain"]
+    assert drain["outcome"] == "done", drain
+
+
+def test_epilog_after_a_failed_prolog_exits_0_on_slurms_drain(clean_cluster, hung_mount, tmp_path):
+    """After a failing prolog Slurm has drained the node (`Prolog error`) and requeued the
+    job; the epilog that follows finds the node drained already: slurmctld answered and no
+    job can land there, so it exits 0 (a failing exit would add Slurm's `Epilog error`)."""
+    cluster = clean_cluster
+    write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(hung_mount.path)}]}},
+                       {"filesystems": [{"path": str(tmp_path)}], "prolog": {"fs_timeout": 1, "reason_delay": 30},
+                        "epilog": {"fs_timeout": 1}})
+    hook_wrapper(tmp_path, "epilog")
+    wrapper = tmp_path / "epilog-status"
+    wrapper.write_text(f"#!/bin/sh\n{tmp_path}/epilog\nrc=$?\necho $rc >> {tmp_path}/epilog-$SLURMD_NODENAME.rc\nexit $rc\n")
+    wrapper.chmod(0o755)
+    cluster.reconfigure(f"Prolog={hook_wrapper(tmp_path, 'prolog')}\nEpilog={wrapper}\n")
+    job = cluster.sbatch("-N1", "-w", "n1", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    rc_file = tmp_path / "epilog-n1.rc"
+    cluster.wait_for(rc_file.exists, 60, what="the epilog to run on n1 after the failed prolog")
+    time.sleep(3)     # what Slurm makes of the epilog's exit status
+    assert rc_file.read_text().split() == ["0"], "n1 was drained already (by Slurm): the epilog exits 0"
+    assert cluster.show_node("n1")["Reason"].startswith("Prolog error"), cluster.show_node("n1")["Reason"]
+    [run] = [r for r in journal(tmp_path, "n1") if r["hook"] == "epilog"]
+    assert run["job"] == str(job)
 
 
 def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, tmp_path):
@@ -201,6 +258,36 @@ def test_a_drain_records_its_cause_in_the_comment_and_our_resume_empties_it(clea
 
 
 
+def test_undo_resumes_our_drains_and_takes_our_cause_out_of_the_comment(clean_cluster, hung_mount, tmp_path):
+    """README, Undo: `slurm-hooks resume --all` gives back the nodes slurm-hooks drained and
+    takes its cause out of their Comment; what an admin wrote there stays, and an admin's
+    own drain is left alone. A node resumed by hand loses our stale cause too."""
+    from helpers import SLURM_HOOKS, write_config
+
+    from slurm_hooks.core.reason import is_our_cause
+    cluster = clean_cluster
+    failing = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1}}
+    for node in ("n1", "n3"):
+        [drain] = healthcheck(cluster, tmp_path, node, **failing)["actions"]
+        assert drain["kind"] == "drain" and drain["outcome"] == "done", drain
+    cause = _comment(cluster, "n1")
+    assert is_our_cause(cause), cause
+    cluster.scontrol("update", "nodename=n1", f"comment={cause} ticket 4711")      # an admin adds a note
+    cluster.scontrol("update", "nodename=n3", "state=resume")                      # resumed by hand
+    assert is_our_cause(_comment(cluster, "n3"))
+    cluster.scontrol("update", "nodename=n2", "state=drain", "reason=disk swap", "comment=PSU swapped")
+    conf = write_config(tmp_path / "undo.yaml", tmp_path, slurm=cluster.hooks_slurm(timeout=10))
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "resume", "--all"], capture_output=True, text=True,
+                       timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "DRAIN" not in cluster.node_state("n1"), r.stdout
+    assert _comment(cluster, "n1") == "ticket 4711", r.stdout
+    assert _comment(cluster, "n3") == "", r.stdout
+    state, reason = cluster.node_state("n2"), cluster.show_node("n2")["Reason"]
+    assert "DRAIN" in state and reason.startswith("disk swap") and _comment(cluster, "n2") == "PSU swapped"
+    assert "n2" not in r.stdout, r.stdout
+
+
 def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
     that drains costs the read, the drain and the re-read; a held run one read."""
@@ -324,3 +411,11 @@ def test_health_check_replaces_a_generic_prolog_error(clean_cluster, tmp_path):
         [("skipped", "not drained (resumed since): nothing to replace")]
     assert "DRAIN" not in cluster.node_state("n2")
     assert not (tmp_path / "state" / "n1" / "hook-failure.json").exists()
+    # explain: the drain is Slurm's, only its reason slurm-hooks'.
+    from helpers import SLURM_HOOKS
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "n1-manual.yaml"), "explain", "--node", "n1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    head = r.stdout.splitlines()[1]
+    assert head.startswith("drained by Slurm, its reason re-worded by slurm-hooks (replaced Slurm's generic reason "
+                           "'Prolog error')"), r.stdout

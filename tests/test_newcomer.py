@@ -26,7 +26,7 @@ pytestmark = pytest.mark.cluster
 
 PROGRAMS = ("slurm-hooks", "slurm-hooks-healthcheck", "slurm-hooks-prolog", "slurm-hooks-epilog")
 TAKEN_OVER = ("/etc/slurm-hooks", "/var/lib/slurm-hooks", "/var/log/slurm-hooks", "/run/slurm-hooks",
-              "/opt/slurm-hooks", *(f"/usr/local/sbin/{p}" for p in PROGRAMS),
+              "/opt/slurm-hooks", *(f"/usr/local/sbin/{p}" for p in PROGRAMS), "/usr/local/bin/slurm-hooks",
               *(f"/usr/local/share/man/man8/{p}.8.gz" for p in PROGRAMS),
               "/usr/local/share/man/man5/slurm-hooks.yaml.5.gz",
               "/usr/local/share/bash-completion/completions/slurm-hooks")

@@ -189,6 +189,7 @@ def test_deb_contents(deb):
     for f in MAN_LINKS:
         assert files.get(f) == "lrwxrwxrwx", (f, files.get(f))
     assert files.get("/usr/share/lintian/overrides/slurm-hooks") == "-rw-r--r--"
+    assert files.get("/usr/bin/slurm-hooks") == "lrwxrwxrwx", "slurm-hooks on every user's PATH"
     lib = sorted(f[len("/usr/share/slurm-hooks/"):] for f in files
                  if f.startswith("/usr/share/slurm-hooks/slurm_hooks/") and not files[f].startswith("d"))
     assert lib == SOURCES, "the package's modules differ from slurm_hooks/*.py (only .py files belong there)"
@@ -198,6 +199,8 @@ def test_deb_contents(deb):
     assert f"Version: {VERSION}\n" in fields and "Architecture: all\n" in fields
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
     assert {d.strip() for d in depends.split(",")} >= {"python3 (>= 3.9)", "python3-yaml", "python3-psutil"}
+    recommends = run(["dpkg-deb", "-f", deb, "Recommends"]).stdout
+    assert "python3-clustershell" in {d.strip() for d in recommends.split(",")}, recommends
     assert run(["dpkg-deb", "-I", deb, "conffiles"]).stdout.split() == \
         ["/etc/logrotate.d/slurm-hooks", "/etc/slurm-hooks/slurm-hooks.yaml"]
 
@@ -287,7 +290,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     assert r.returncode == 0 and r.stdout.strip() == f"slurm-hooks {VERSION}", (r.stdout, r.stderr)
 
     r = sbin("slurm-hooks", "config", "check")
-    assert r.returncode == 0 and r.stdout.strip() == "/etc/slurm-hooks/slurm-hooks.yaml: OK", (r.stdout, r.stderr)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == "/etc/slurm-hooks/slurm-hooks.yaml: OK", (r.stdout, r.stderr)
 
     r = sbin("slurm-hooks", "check", "--dry-run", env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
     assert r.returncode == 0, (r.stdout, r.stderr)
@@ -313,6 +316,20 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     assert [(x["hook"], x["node"], x["status"]) for x in runs] == [("healthcheck", NODE, "healthy")] * 2, runs
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks/journal.jsonl").st_mode) == 0o640
     assert os.path.isdir(f"/var/lib/slurm-hooks/{NODE}")
+
+    # An ordinary user: `slurm-hooks` on the PATH (/usr/bin), its read-only commands run,
+    # and what needs root says so (rather than failing on a file it cannot read).
+    from attacker import unprivileged_user
+    assert os.readlink("/usr/bin/slurm-hooks") == "../sbin/slurm-hooks"
+    with unprivileged_user("shk-admin") as user:
+        r = user.run("slurm-hooks", "--help")
+        assert "explain" in r.stdout and "status" in r.stdout, r.stdout
+        r = user.run("slurm-hooks", "explain", "--node", NODE, check=False)
+        assert r.returncode == 2 and f"cannot read /var/log/slurm-hooks as {user.name}" in r.stderr, r.stderr
+        for command in ("healthcheck", "prolog", "epilog", "resume"):
+            r = user.run("slurm-hooks", command, check=False)
+            assert r.returncode == 2 and f"slurm-hooks {command}: needs root" in r.stderr, (command, r.stderr)
+            assert "as any user: status, explain" in r.stderr, r.stderr
 
     # man finds every program's page and renders it without a warning; the completion
     # loads through bash-completion's own loader and offers the commands and checks.
@@ -349,7 +366,7 @@ def test_deb_installs_runs_and_purges(deb, taken_over, tmp_path):
     run(["dpkg", "--purge", "slurm-hooks"])
     TIMINGS["dpkg --purge"] = f"{time.monotonic() - t:.1f}s"
     assert not installed("slurm-hooks")
-    for p in ("/usr/sbin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
+    for p in ("/usr/sbin/slurm-hooks", "/usr/bin/slurm-hooks", "/usr/share/slurm-hooks", "/usr/share/doc/slurm-hooks", *ADMIN_FILES,
               *MAN_LINKS, *TAKEN_OVER):
         assert not os.path.lexists(p), f"{p} left after purge"
 
@@ -362,18 +379,29 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     rules and the dashboard, the configuration and the private directories."""
     prefix, mandir, completions = tmp_path / "opt", tmp_path / "man", tmp_path / "completions"
     sbindir = tmp_path / "sbin"            # not the host's /usr/local/sbin
+    bindir = tmp_path / "bin"              # nor its /usr/local/bin
     env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions),
-               SBINDIR=str(sbindir))
+               SBINDIR=str(sbindir), BINDIR=str(bindir))
     timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
     # The programs on root's PATH, and man pages that name where this install put things.
     for name in PROGRAMS:
         assert os.readlink(sbindir / name) == str(prefix / "bin" / name), name
+    # On every user's PATH: the command alone (its read-only commands), not the hooks.
+    assert sorted(os.listdir(bindir)) == ["slurm-hooks"] and os.readlink(bindir / "slurm-hooks") == \
+        str(prefix / "bin/slurm-hooks")
     page = gzip.decompress((mandir / "man8/slurm-hooks.8.gz").read_bytes()).decode()
     page = page.replace("\\-", "-").replace("\\:", "")         # roff's hyphens and break points
     assert f"HealthCheckProgram={sbindir}/slurm-hooks-healthcheck" in page
     assert f"{prefix}/share/slurm-hooks/prometheus/slurm-hooks-rules.yml" in page and "/usr/sbin/" not in page
     r = run([prefix / "bin/slurm-hooks", "--version"])
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
+    # What diagnose needs, in the same environment (the fanout and stacks extras), and
+    # the hints name that environment's own pip.
+    run([prefix / "bin/python", "-I", "-c", "import ClusterShell.Task"])
+    assert os.access(prefix / "bin/py-spy", os.X_OK)
+    r = run([prefix / "bin/python", "-I", "-c",
+             "from slurm_hooks.views.fanout import pip_of_this_installation as p; print(p())"])
+    assert r.stdout.strip() == f"{prefix}/bin/pip"
     # The programs run the environment's python with -I -S: a planted PYTHONPATH, the
     # current directory and the user site stay out, the environment's packages are in.
     for name in PROGRAMS:
@@ -388,7 +416,7 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
                    f"filesystems:\n  - path: {tmp_path}/fs\n")
     node = {"SLURMD_NODENAME": "n1", "SLURM_HOOKS_CONFIG": str(cfg), "PYTHONPATH": str(evil)}
     r = run([prefix / "bin/slurm-hooks", "config", "check"], env=node, cwd=evil)
-    assert r.stdout.strip() == f"{cfg}: OK"            # read with yaml from the environment
+    assert r.stdout.splitlines()[0] == f"{cfg}: OK"    # read with yaml from the environment
     r = run([prefix / "bin/slurm-hooks-prolog"], env=dict(node, SLURM_JOB_ID="7", SLURM_JOB_UID="0"), cwd=evil)
     assert "slurm-hooks prolog on node n1" in r.stdout and "result: HEALTHY" in r.stdout, r.stdout
     r = run([prefix / "bin/slurm-hooks-healthcheck"], env=node, cwd=evil, check=False)
@@ -431,6 +459,7 @@ def test_rpm_metadata(rpm):
     requires = rpmq("--requires", rpm).splitlines()
     for req in ("python3 >= 3.9", "python3-pyyaml", "python3-psutil"):
         assert req in requires, requires
+    assert "python3-clustershell" in rpmq("--recommends", rpm).split(), "diagnose's fan-out"
     pynvml_version = run([sys.executable, ROOT / "packaging/stage.py", "--print-pynvml"]).stdout.split("\t")[1].strip()
     assert [x for x in rpmq("--provides", rpm).splitlines() if x.startswith("bundled(")] == \
         [f"bundled(python3-nvidia-ml-py) = {pynvml_version}"]
@@ -441,6 +470,7 @@ def test_rpm_metadata(rpm):
         listing[fields[-1]] = fields[0]
     for name in PROGRAMS:
         assert listing.get(f"/usr/sbin/{name}") == "-rwxr-xr-x", name
+    assert listing.get("/usr/bin/slurm-hooks", "").startswith("l"), "slurm-hooks on every user's PATH"
     for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml", "/etc/logrotate.d/slurm-hooks",
               "/usr/share/doc/slurm-hooks/README.md", "/usr/share/doc/slurm-hooks/slurm.conf.example",
               "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE"):
@@ -491,7 +521,7 @@ def test_rpm_payload_runs(rpm, tmp_path):
     assert r.stdout.split() == [str(lib / "pynvml.py"), str(lib / "slurm_hooks/cli.py")]
     conf = root / "etc/slurm-hooks/slurm-hooks.yaml"
     r = run(["/usr/bin/python3", "-I", "-c", code, "--config", conf, "config", "check"], env={})
-    assert r.stdout.strip() == f"{conf}: OK"
+    assert r.stdout.splitlines()[0] == f"{conf}: OK"
     r = run(["/usr/bin/python3", "-I", "-c", code, "--version"], env={})
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
 

@@ -242,6 +242,28 @@ def test_drain_with_cause_and_release(sides):
     agree(sides, drain_with_cause_and_release)
 
 
+def undo_keeps_an_admins_words(s: Side) -> list:
+    """`slurm-hooks resume` (README, Undo): our cause out of the Comment, an admin's words
+    beside it kept; a node in service loses a stale cause of ours alone."""
+    cause = cause_text("filesystem", "/scratch", "/scratch", "2026-12-02T03:50:00")
+    out = []
+    s.slurm.drain_with_cause("n1", "fs /scratch hung >10s (write, nfs4) [slurm-hooks]", f"{cause} ticket 4711")
+    out.append(("drained, cause and note", s.node("n1"), s.state("n1")))
+    s.slurm.release("n1", "UNDRAIN", "ticket 4711")
+    out.append(("undrained, the note kept", s.node("n1"), s.state("n1")))
+    s.slurm.drain_with_cause("n2", "gpu 3 lost: Xid 79 [slurm-hooks]", cause)
+    s.slurm.undrain("n2")
+    out.append(("undrained by hand, cause left", s.node("n2"), s.state("n2")))
+    s.slurm.set_node_comment("n2", "")
+    out.append(("cause taken out", s.node("n2"), s.state("n2")))
+    out.append(("unknown node", s.tried(s.slurm.set_node_comment, "nx", "")))
+    return out
+
+
+def test_undo_keeps_an_admins_words(sides):
+    agree(sides, undo_keeps_an_admins_words)
+
+
 def set_down(s: Side) -> list:
     out = []
     s.keep_down()

@@ -221,3 +221,23 @@ def test_the_scan_reads_a_single_threaded_process_by_its_own_stat(tmp_path):
     task(30, _stat(30, "kworker/0:1", "D", 1, flags=PF_KTHREAD))
     found = scan_pids(["10", "11", "20", "30", "99"], str(proc))
     assert [row[:5] for row in found] == [[10, 10, "writer) D x", "D", 1000], [20, 22, "ckpt", "D", 1000]]
+
+
+def test_explain_shows_the_time_in_d_as_the_summary_says_it(stuck_check, hung_mount):
+    """explain's diagnosis of a real stuck-task run: one figure for the time in D (the
+    summary's), no raw seconds beside it, no epoch."""
+    import re
+
+    from slurm_hooks.views.explain import _diagnosis
+    stuck_check.configure()
+    p = stuck_check.spawn(OPEN_LOG, hung_mount.path)
+    wait_d(p.pid)
+    stuck_check.run()
+    time.sleep(1.0)
+    rec = stuck_check.run()
+    [f] = stuck_check.about(rec, p.pid)
+    held = re.search(r" stuck for (\S+) in ", f["summary"]).group(1)
+    lines = _diagnosis({"checks": [{"findings": [f]}]})
+    assert f"      stuck for: {held}" in lines, lines
+    assert not any(ln.strip().startswith("seconds:") for ln in lines), lines
+    assert not any(re.search(r"\b1\d{9}(\.\d+)?\b", ln) for ln in lines), lines

@@ -28,7 +28,7 @@ import time
 from .. import TYPE_CHECKING
 from ..core.model import Action, ActionResult
 from ..core.outcomes import Code, Outcome
-from ..core.reason import is_generic, is_our_cause, is_ours, one_line
+from ..core.reason import is_generic, is_our_cause, is_ours, one_line, without_our_cause
 from ..slurm.api import (
     CAUSE_FIELD,
     REBOOT_STATES,
@@ -180,7 +180,8 @@ def _set_drain(action: Action, slurm: SlurmBackend, info: dict) -> None:
     is somebody else's (an admin's note stays as it is)."""
     comment = info.get(CAUSE_FIELD, "")
     if action.cause and (not comment or is_our_cause(comment)):
-        slurm.drain_with_cause(action.node, action.reason, action.cause)
+        # Words an admin added after our earlier cause stay after the new one.
+        slurm.drain_with_cause(action.node, action.reason, f"{action.cause} {without_our_cause(comment)}".strip())
     else:
         slurm.drain(action.node, action.reason)
 
@@ -202,7 +203,7 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if after_reboot:
         # RESUME, not UNDRAIN: the node is DOWN by our own reboot's nextstate.
         if _ours_to_clear(info):
-            slurm.release(action.node, "RESUME")
+            slurm.release(action.node, "RESUME", without_our_cause(info.get(CAUSE_FIELD, "")))
         else:
             slurm.resume(action.node)
         return ActionResult(action, DONE, "back in service after its reboot: the health check passed",
@@ -217,7 +218,7 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if not node_is_drained(info):
         return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
     if _ours_to_clear(info):
-        slurm.release(action.node, "UNDRAIN")
+        slurm.release(action.node, "UNDRAIN", without_our_cause(info.get(CAUSE_FIELD, "")))
     else:
         slurm.undrain(action.node)
     return ActionResult(action, DONE)

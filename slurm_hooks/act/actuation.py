@@ -167,7 +167,7 @@ def _prolog_actions(actions, state: StateStore, dry_run: bool, report_only: bool
         return [ActionResult(a, Outcome.HELD, held, code=Code.BREAKER) for a in drains]
     if dry_run:
         return [ActionResult(a, Outcome.DRY_RUN, "dry run: not done", code=Code.DRY_RUN) for a in drains]
-    return [ActionResult(a, Outcome.DEFERRED, "left to Slurm (it drains the node when the prolog fails); "
+    return [ActionResult(a, Outcome.DEFERRED, "Slurm drains the node when the prolog fails; "
                          "the precise reason follows", code=Code.LEFT_TO_SLURM) for a in drains]
 
 
@@ -185,7 +185,9 @@ def remember_hook_failure(state: StateStore, run, reason: str, cause: str, job: 
     now = time.time()
     state.save("hook-failure", {"hook": run.name, "reason": reason, "cause": cause, "at": now, "job": job,
                                 "replaces": run.generic_reason})
-    state.save("drain", {"reason": reason, "resumable": resumable, "passes": 0, "at": now})
+    # A node drained already (an earlier failure, a drain of ours) keeps the drain's time.
+    since = (state.load("drain") or {}).get("at") or now
+    state.save("drain", {"reason": reason, "resumable": resumable, "passes": 0, "at": since})
 
 
 def _job_picture(cfg: Config, actions, slurm, capture) -> None:
@@ -404,8 +406,10 @@ def drain_record(drain: dict, results, findings: list[Finding], node: str) -> di
             failing = [f for f in findings if f.severity == FAIL]
             resumable = all(f.resumable for f in failing) and bool(failing)
             keep = drain if drain.get("reason") == a.reason else {}
+            # Since when the node is out of service: a re-worded reason of ours does not
+            # put it back in service, so the drain's own time stays.
             return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
-                    "passes": 0, "at": keep.get("at", time.time())}
+                    "passes": 0, "at": drain.get("at") or time.time()}
         if a.kind == "drain" and r.code == Code.FOREIGN_DRAIN:
             return {}          # an admin's drain now: not ours to resume
         if a.kind == "resume" and r.outcome in (Outcome.DONE, Outcome.SKIPPED):

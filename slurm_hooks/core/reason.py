@@ -170,14 +170,29 @@ def is_our_cause(text: str) -> bool:
     return text.startswith(CAUSE_TAG + " {")
 
 
+def _our_part(text: str) -> tuple[str, str]:
+    """(our cause, the rest) of a Comment: our cause is the tag and its blank-free JSON;
+    whatever an admin wrote beside it is the rest."""
+    if not is_our_cause(text):
+        return "", text.strip()
+    ours, _, rest = text.partition(" {")[2].partition(" ")
+    return f"{CAUSE_TAG} {{{ours}", rest.strip()
+
+
+def without_our_cause(text: str) -> str:
+    """The Comment once our cause is taken out of it: an admin's words stay."""
+    return _our_part(text)[1]
+
+
 def read_cause(text: str) -> dict | None:
     """The cause a drain of ours recorded, None when `text` is not one (empty, an
     admin's comment, a drain by an older release)."""
     import json
-    if not is_our_cause(text):
+    ours = _our_part(text)[0]
+    if not ours:
         return None
     try:
-        data = json.loads(text[len(CAUSE_TAG) + 1:])
+        data = json.loads(ours[len(CAUSE_TAG) + 1:])
     except ValueError:
         return None
     return data if isinstance(data, dict) and isinstance(data.get("check"), str) else None

@@ -12,12 +12,14 @@ Slurm had not drained it by then, the next health check does it.
 
 Epilog (`slurm-hooks-epilog`): after the job: its processes still alive (stuck in D),
 GPU memory still held with no process, the filesystems. A sick node is drained at once,
-before the epilog returns, so the next job cannot land there; if slurmctld does not
-answer, the epilog exits non-zero so that Slurm drains the node itself ("Epilog
-error"), and the helper and the next health check put the precise reason in place.
-The epilog never reads the whole node list: the drain-storm breaker is honoured from
-the health checks' latest view. Slurm runs no epilog while a step of the job cannot be
-killed; the health check is what names that task (over Slurm's "Kill task failed").
+before the epilog returns, so the next job cannot land there; once slurmctld has taken
+the drain (or the node was drained already, by Slurm after a failed prolog or by an
+admin) the epilog exits 0. Only if slurmctld does not take it, the epilog exits non-zero
+so that Slurm drains the node itself ("Epilog error"), and the helper and the next
+health check put the precise reason in place. The epilog never reads the whole node
+list: the drain-storm breaker is honoured from the health checks' latest view. Slurm
+runs no epilog while a step of the job cannot be killed; the health check is what names
+that task (over Slurm's "Kill task failed").
 
 With `actions.report_only`, neither hook ever exits non-zero: a failing prolog would
 make Slurm drain the node and requeue the job, which is an action.
@@ -72,7 +74,7 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     failed = record.status == UNHEALTHY
     if failed or record.actions:
         # Not on the healthy path: the enumerations cost milliseconds to build.
-        from ..core.outcomes import Code, Outcome
+        from ..core.outcomes import Outcome
     drain = next((r for r in record.actions if r.action.kind == "drain"), None)
     if failed and cfg.actions.report_only:
         failed = False      # report only: no exit status that makes Slurm act
@@ -83,9 +85,13 @@ def _run_hook(cfg: Config, hook: str, dry_run: bool, as_json: bool) -> int:
     record_and_show(cfg, record, as_json)
     if not failed:
         return 0
-    if behaviour(hook).drains_before_exit and drain is not None and drain.outcome in (Outcome.DONE, Outcome.SKIPPED) \
-            and drain.code != Code.FOREIGN_DRAIN:
-        return 0           # drained with the precise reason already: no generic one on top
+    if behaviour(hook).drains_before_exit and drain is not None:
+        if drain.outcome in (Outcome.DONE, Outcome.SKIPPED):
+            # slurmctld answered and the node is out of service (by us, or already by Slurm
+            # or an admin): a failing exit would only add Slurm's generic drain on top.
+            return 0
+        print(f"slurm-hooks {hook}: the drain did not go through ({drain.message or drain.code}); "
+              "exit 1 so that Slurm drains the node itself", file=sys.stderr)
     return 1
 
 
@@ -103,10 +109,11 @@ def _after_failure(cfg: Config, hook: str, node: str, job, record: RunRecord, dr
     record.local_errors += state.errors
     if behaviour(hook).acts_by_exit or drain.outcome not in (Outcome.DONE, Outcome.SKIPPED):
         spawn_detached(fix_reason, cfg, node, reason, behaviour(hook).generic_reason, getattr(cfg, hook).reason_delay,
-                       drain.action.cause)
+                       drain.action.cause, hook)
 
 
-def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float, cause: str = "") -> None:
+def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float, cause: str = "",
+               hook: str = "") -> None:
     """In a detached helper: after a back-off, ask Slurm once about this node and put
     the precise reason in place of its generic one. No polling, no node list (Slurm's
     prolog/epilog guide). If Slurm has not drained the node by then, the next health
@@ -120,12 +127,22 @@ def fix_reason(cfg: Config, node: str, reason: str, replaces: str, delay: float,
     slurm = open_backend(cfg.slurm, deadline=time.monotonic() + cfg.actions.deadline)
     action = Action("drain", node=node, reason=reason, replaces=replaces, replace_only=True, cause=cause)
     [result] = execute([action], slurm, cfg.reason_prefix, dry_run=False)
+    _journal_followup(cfg, node, hook, result)
     if result.outcome in (Outcome.DONE, Outcome.SKIPPED) and result.code != Code.NOTHING_TO_REPLACE:
         state = StateStore(state_dir(cfg, node))
         try:
             os.unlink(state.path("hook-failure"))
         except OSError:
             pass
+
+
+def _journal_followup(cfg: Config, node: str, hook: str, result) -> None:
+    """The helper's re-wording in the journal, as an action line of the hook it follows
+    (`followup`): explain shows it among the actions for the drain."""
+    from ..sinks import journal
+    line = dict(result.to_json(), event="action", time=time.strftime("%Y-%m-%dT%H:%M:%S%z"), node=node, hook=hook,
+                followup=True)
+    journal.append(cfg.journal, line, max_bytes=cfg.journal_max_bytes, keep=cfg.journal_keep)
 
 
 def config_error(hook: str, error, path: str | None = None) -> int:

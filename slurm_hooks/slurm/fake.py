@@ -332,8 +332,8 @@ class FakeSlurm(PrimedNodes):
         self._set_reason(n, reason)
         n.comment = cause
 
-    def release(self, node: str, state: str) -> None:
-        """One update: UNDRAIN or RESUME, and the Comment emptied."""
+    def release(self, node: str, state: str, rest: str = "") -> None:
+        """One update: UNDRAIN or RESUME, and the Comment set to what is left of it."""
         self.changing(node)
         self._rpc("release")
         n = self._node(node)
@@ -341,7 +341,12 @@ class FakeSlurm(PrimedNodes):
             self._resume(n)
         else:
             self._undrain(n)
-        n.comment = ""
+        n.comment = rest
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        self.changing(node)
+        self._rpc("set_node_comment")
+        self._node(node).comment = text
 
     def undrain(self, node: str) -> None:
         self.changing(node)

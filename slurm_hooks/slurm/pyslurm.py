@@ -146,13 +146,20 @@ class PyslurmBackend(PrimedNodes):
         self.changing(node)
         self._call("node_state", node, "DRAIN", reason, cause)
 
-    def release(self, node: str, state: str) -> None:
+    def release(self, node: str, state: str, rest: str = "") -> None:
         # pyslurm sends an empty string as "no change" (the field stays set): scontrol
         # empties it, in the same update as the state.
         if self.choice.error:
             raise BackendError(self.choice.error)
         self.changing(node)
-        self._scontrol.release(node, state)
+        self._scontrol.release(node, state, rest)
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        # As release: an emptied Comment must really be emptied.
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        self.changing(node)
+        self._scontrol.set_node_comment(node, text)
 
     def undrain(self, node: str) -> None:
         # UNDRAIN only clears the drain flag (never brings a DOWN node up).

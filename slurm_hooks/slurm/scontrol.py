@@ -411,10 +411,14 @@ class Slurm(PrimedNodes):
         self.changing(node)
         self._run("update", f"nodename={node}", "state=drain", f"reason={reason}", f"{CAUSE_FIELD.lower()}={cause}")
 
-    def release(self, node: str, state: str) -> None:
+    def release(self, node: str, state: str, rest: str = "") -> None:
         self.changing(node)
         # An empty value empties the field (no value at all would leave it as it is).
-        self._run("update", f"nodename={node}", f"state={state.lower()}", f"{CAUSE_FIELD.lower()}=")
+        self._run("update", f"nodename={node}", f"state={state.lower()}", f"{CAUSE_FIELD.lower()}={rest}")
+
+    def set_node_comment(self, node: str, text: str) -> None:
+        self.changing(node)
+        self._run("update", f"nodename={node}", f"{CAUSE_FIELD.lower()}={text}")
 
     def undrain(self, node: str) -> None:
         self.changing(node)

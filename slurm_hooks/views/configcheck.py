@@ -114,3 +114,41 @@ def _missing_paths(entries):
 def _is_dir(progress, path: str) -> bool:
     progress("stat")
     return os.path.isdir(path)
+
+
+def probe_plan(cfg, mounts=None) -> dict:
+    """What the filesystem check will probe on this node, as each hook runs it: each
+    path, its mode, why it is there (listed in the file, default scratch, a network or
+    FUSE mount found), its deadline per hook; and what it leaves alone (users' own FUSE
+    mounts, and what lies under them). From the mount table alone: nothing is touched."""
+    from ..checks.filesystem import HOOKS, defaults, paths, targets
+    from ..host.mounts import MountTable
+    table = mounts if mounts is not None else MountTable.current()
+    hooks = [h for h in HOOKS if h != "check" and (h == "healthcheck" or getattr(cfg, h).enabled)]
+    if defaults(cfg).enabled == "false":
+        return {"enabled": False, "probes": [], "left_alone": []}
+    probes = []
+    for t in targets(cfg, table):
+        deadlines = {h: (t.timeout if h == "healthcheck" else min(t.timeout, getattr(cfg, h).fs_timeout))
+                     for h in hooks}
+        why = "listed in filesystems" if t.origin == "configured" else t.origin
+        probes.append({"path": t.path, "mode": t.mode, "why": why, "deadlines": deadlines})
+    left = [{"mountpoint": m.mountpoint, "fstype": m.fstype, "uid": table.user_owner(m)}
+            for m in table if (m.is_network or m.is_fuse) and table.user_owned(m)]
+    return {"enabled": True, "configured": bool(paths(cfg)), "probes": probes, "left_alone": left}
+
+
+def render_plan(plan: dict) -> list[str]:
+    if not plan["enabled"]:
+        return ["filesystem probes: off (filesystem_defaults.enabled: false)"]
+    lines = ["filesystem probes on this node (health check; prolog and epilog with their fs_timeout):"]
+    width = max([len(p["path"]) for p in plan["probes"]] + [4])
+    for p in plan["probes"]:
+        times = ", ".join(f"{h} {s:g}s" for h, s in p["deadlines"].items())
+        lines.append(f"  {p['path']:<{width}}  {p['mode']:<5}  {p['why']} ({times})")
+    if not plan["probes"]:
+        lines.append("  none: no path listed and no scratch or network mount found")
+    if plan["left_alone"]:
+        lines.append("left alone (users' own FUSE mounts: theirs to break):")
+        lines += [f"  {m['mountpoint']} ({m['fstype']} of uid {m['uid']})" for m in plan["left_alone"]]
+    return lines

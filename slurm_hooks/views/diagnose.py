@@ -277,7 +277,10 @@ def _no_answer(node: str, a, deadline: float, user: str, said: str) -> str:
     if a.code == SSH_TIMED_OUT:
         return f"{node} did not answer: ssh: {last}"          # a hung sshd, or a node gone
     if a.code == SSH_FAILED:
-        return f"{node} gave no report: ssh as {user} failed: {last or 'no message'} ({SSH_HOWTO})"
+        from .fanout import ssh_advice
+        advice = ssh_advice(node, user, " ".join(err))
+        return (f"{node} gave no report: ssh as {user} failed: {last or 'no message'} ({SSH_HOWTO})"
+                + (f"; {advice}" if advice else ""))
     if a.rc != 0:
         return f"{node} gave no report: the collector exited with status {a.rc}" + (f": {last}" if last else "")
     out = printable(a.stdout.strip().splitlines()[0][:200]) if a.stdout.strip() else "nothing"

@@ -28,18 +28,17 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
     mine = node_runs(records, node)
     lines = [f"slurm-hooks explain: node {node}"]
     if drain:
-        lines.append(f"drained by slurm-hooks since {_when(drain.get('at'))}: {drain.get('reason')}")
+        decided = _deciding_run(mine, drain.get("reason", ""))
+        lines.append(f"{_who_drained(decided, drain.get('reason', ''))} since {_when(drain.get('at'))}: "
+                     f"{drain.get('reason')}")
         lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
                                          f"{drain.get('passes', 0)})" if drain.get("resumable")
                                          else "no: the cause needs a reboot or a human"))
-        decided = _deciding_run(mine, drain.get("reason", ""))
         if decided is not None:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
             lines.append("actions for it:")
-            lines += [f"  {a}" for a in _actions_since(mine, decided)]
-        else:
-            lines.append("the run that drained it is no longer in the journal")
+            lines += [f"  {a}" for a in _actions_since(mine, decided, _followups(records, node))]
     else:
         lines.append("not drained by slurm-hooks (no drain recorded in local state)")
     shown = _last(mine, runs)
@@ -108,6 +107,26 @@ def _when(t) -> str:
         return "?"
 
 
+def _who_drained(run: dict | None, reason: str) -> str:
+    """Who took the node out, as the journal shows it: slurm-hooks' own drain, or Slurm's
+    after a failing prolog (slurm-hooks left the drain to Slurm, and only re-words its
+    generic reason)."""
+    if run is None:
+        return "drain recorded by slurm-hooks (the run that drained it is no longer in the journal)"
+    drain = next(a for a in run.get("actions", []) if a.get("kind") == "drain" and a.get("reason") == reason)
+    if drain.get("outcome") == Outcome.DEFERRED.value:
+        from ..core.behaviour import BEHAVIOURS
+        hook = run.get("hook", "?")
+        generic = BEHAVIOURS[hook].generic_reason.split("|")[0] if hook in BEHAVIOURS else ""
+        return (f"drained by Slurm (its own `{generic or 'drain'}` when slurm-hooks' {hook} failed; "
+                "slurm-hooks puts its precise reason in place)")
+    if drain.get("code") == "replaced_generic":
+        # The health check found Slurm's own drain (`Prolog error`, `Kill task failed`)
+        # and put the precise reason over it: the reason is ours, the drain Slurm's.
+        return f"drained by Slurm, its reason re-worded by slurm-hooks ({drain.get('message') or 'generic reason'})"
+    return "drained by slurm-hooks"
+
+
 def _deciding_run(runs: list[dict], reason: str) -> dict | None:
     for r in reversed(runs):
         for a in r.get("actions", []):
@@ -133,22 +152,49 @@ def _diagnosis(run: dict) -> list[str]:
                 if value not in (None, "", [], {}):
                     if isinstance(value, list) and key == "stack":
                         value = " < ".join(value[:6])
-                    out.append(f"      {key}: {value}")
+                    out.append(f"      {_shown(key, value, ev)}")
     return out
 
 
-def _actions_since(runs: list[dict], first: dict) -> list[str]:
-    out, seen = [], False
+def _shown(key: str, value, ev: dict) -> str:
+    """One line of evidence as people read it: a time as a time (not an epoch), and a
+    task's time in D as the same figure its summary says."""
+    from ..core.reason import duration
+    if key == "since" and isinstance(value, (int, float)) and value > 1e9:
+        return f"since: {_when(value)}"
+    if key == "seconds" and "d_seconds" in ev:
+        return f"stuck for: {duration(float(ev['d_seconds']), at_least=bool(ev.get('d_at_least')))}"
+    return f"{key}: {value}"
+
+
+def _followups(records: list[dict], node: str) -> list[dict]:
+    """Action lines written outside a run: the prolog's detached helper putting the
+    precise reason in place of Slurm's generic one (run/hooks.py: fix_reason)."""
+    return [r for r in records if r.get("event") == "action" and r.get("followup") and r.get("node") == node]
+
+
+def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None = None) -> list[str]:
+    from ..core.outcomes import result_word
+    timed: list[tuple[str, dict]] = []
+    seen = False
     for r in runs:
         seen = seen or r is first
-        if not seen:
-            continue
-        for a in r.get("actions", []):
-            target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
-            msg = f" ({a['message']})" if a.get("message") else ""
-            from ..core.outcomes import result_word
-            word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
-            out.append(f"{r.get('time')} {a.get('kind')} {target}: {word}{msg}")
+        if seen:
+            timed += [(str(r.get("time")), a) for a in r.get("actions", [])]
+    timed += [(str(a.get("time")), a) for a in followups or [] if str(a.get("time")) >= str(first.get("time"))]
+    out = []
+    for when, a in sorted(timed, key=lambda t: t[0]):
+        target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
+        what = f"{a.get('kind')} {target}"
+        if a.get("followup") and a.get("replace_only"):
+            what = f"re-word {target}'s reason ({a.get('hook') or 'hook'}'s detached helper)"
+        word = a.get("result") or result_word(a.get("outcome", "?"), bool(a.get("retry")))
+        msg = str(a.get("message") or "")
+        if msg.startswith(word):        # journals of older releases: the word said twice
+            rest = msg[len(word):].strip()
+            inner, _, tail = rest[1:].partition(")") if rest.startswith("(") else ("", "", rest)
+            msg = f"{inner}{tail}".strip(" ;:")
+        out.append(f"{when} {what}: {word}" + (f" ({msg})" if msg else ""))
     return out or ["none"]
 
 

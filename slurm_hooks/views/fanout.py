@@ -79,8 +79,38 @@ def clustershell_missing() -> str | None:
     if found:
         return None
     return ("ClusterShell is not installed for " + sys.executable + " (Debian/Ubuntu: apt-get install "
-            "python3-clustershell; EL: dnf install python3-clustershell; a virtualenv: "
-            "pip install 'slurm-hooks[fanout]')")
+            "python3-clustershell; EL: dnf install python3-clustershell; this installation's own "
+            f"environment: {pip_of_this_installation()} install 'ClusterShell>=1.9')")
+
+
+def pip_of_this_installation() -> str:
+    """The pip that installs into the environment slurm-hooks runs in (packaging/install.sh:
+    /opt/slurm-hooks/bin/pip), not whichever `pip` is first on PATH."""
+    pip = os.path.join(os.path.dirname(sys.executable), "pip")
+    return pip if os.path.exists(pip) else f"{sys.executable} -m pip"
+
+
+def ssh_advice(node: str, user: str, said: str) -> str:
+    """What to do about an ssh that failed on its way in, from ssh's own words: the host
+    key (which file, `ssh-keyscan`) or the authentication (which user, which key)."""
+    import pwd
+    try:
+        me = pwd.getpwuid(os.geteuid())
+        caller, home = me.pw_name, me.pw_dir
+    except KeyError:
+        caller, home = str(os.geteuid()), "~"
+    low = said.lower()
+    if "host key verification failed" in low or "remote host identification has changed" in low \
+            or "no matching host key" in low:
+        return (f"{caller}'s ssh does not know {node}'s host key: check its fingerprint, then add it to "
+                f"{home}/.ssh/known_hosts (ssh-keyscan -H {node} >> {home}/.ssh/known_hosts) or to the "
+                "site-wide /etc/ssh/ssh_known_hosts; a changed key: ssh-keygen -R " + node)
+    if "permission denied" in low or "too many authentication failures" in low:
+        return (f"{node} refused {caller}'s keys for user {user}: {caller} needs a key ({home}/.ssh/id_ed25519, "
+                f"ssh-keygen -t ed25519) whose public half is in ~{user}/.ssh/authorized_keys on every node "
+                f"(ssh-copy-id {user}@{node}), or host-based authentication; another user or key: "
+                "diagnose.ssh_user, diagnose.ssh_options (-i KEY)")
+    return ""
 
 
 def remote_command(collector: list[str], job: str, sample: float, deadline: float, stacks: bool,

@@ -129,7 +129,12 @@ def find_pyspy(setting: str = "auto") -> tuple[str | None, str]:
         if os.access(setting, os.X_OK):
             return setting, ""
         return None, f"py-spy not found at {printable(setting)} (diagnose.pyspy): no Python stacks"
-    return _search_pyspy(), "py-spy is not installed here: no Python stacks (pip install py-spy)"
+    return _search_pyspy(), "py-spy is not installed here: no Python stacks (" + _pip() + " install 'py-spy>=0.3.14')"
+
+
+def _pip() -> str:
+    from .fanout import pip_of_this_installation
+    return pip_of_this_installation()
 
 
 def _search_pyspy() -> str | None:

@@ -1,6 +1,8 @@
 """`slurm-hooks status`: the cluster as slurm-hooks sees it, from any node with Slurm
 client access. Nodes drained by slurm-hooks, grouped by cause, with their age, the
-jobs it requeued from them and how far a reboot it asked for has got; many nodes drained
+jobs it diagnosed there (its AdminComment; their state and restarts as Slurm records
+them: who requeued a job is not Slurm's to say, the node's journal has what slurm-hooks
+did, `explain`) and how far a reboot it asked for has got; many nodes drained
 for the same cause (the check and the place each drain recorded in the node's Comment,
 never the reason's words) are shown as one outage, since that is what they are; drains
 with no cause recorded (by older releases) are one "unknown cause" group. Nodes
@@ -80,9 +82,12 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
         if prefix not in comment:
             continue
         for node in set(_JOB_NODE.findall(comment)):
+            # Slurm's record says how often the job was restarted, not who requeued it
+            # (Slurm itself after a failed prolog, an admin, slurm-hooks): only the
+            # diagnosis in the AdminComment is known to be slurm-hooks'.
             jobs_by_node.setdefault(node, []).append({
                 "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
-                "requeued": int(info.get("Restarts", "0") or 0) > 0})
+                "restarted": int(info.get("Restarts", "0") or 0) > 0})
     ours, others, total = [], [], 0
     for info in nodes:
         total += 1
@@ -138,8 +143,8 @@ def render(st: Status) -> str:
             if d.reboot:
                 lines.append(f"    {'':<12} {'':>5}      {d.state}: {d.reboot}")
             for j in d.jobs:
-                what = "requeued" if j["requeued"] else "diagnosed"
-                lines.append(f"    {'':<12} {'':>5}      job {j['job']} {what} ({j['state']}, restarts {j['restarts']})")
+                lines.append(f"    {'':<12} {'':>5}      job {j['job']} diagnosed by slurm-hooks "
+                             f"(Slurm's record: {j['state']}, restarts {j['restarts']})")
     if st.drained_by_others:
         lines.append("  out of service by others (left alone): "
                      + ", ".join(f"{o['node']} {o['state']} ({o['reason'] or 'no reason'})"

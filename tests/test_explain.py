@@ -1,0 +1,59 @@
+"""`slurm-hooks explain` after real runs: it says what the journal shows slurm-hooks did,
+and names what Slurm did as Slurm's."""
+from __future__ import annotations
+
+import subprocess
+
+from helpers import BIN, SLURM_HOOKS, write_config
+
+
+def _prolog_failed(tmp_path, hung_mount):
+    """A real prolog failing on a hung mount (no Slurm here: the prolog asks it nothing)."""
+    cfg = write_config(tmp_path / "c.yaml", tmp_path, filesystems=[{"path": str(hung_mount.path)}],
+                       prolog={"fs_timeout": 1, "reason_delay": 0.1})
+    env = {"SLURM_HOOKS_CONFIG": str(cfg), "SLURMD_NODENAME": "hooknode", "SLURM_JOB_ID": "77"}
+    r = subprocess.run([str(BIN / "slurm-hooks-prolog")], capture_output=True, text=True, env=env, timeout=30)
+    assert r.returncode == 1, r.stdout + r.stderr
+    return cfg, env
+
+
+def _explain(cfg, env, *args):
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "explain", *args], capture_output=True, text=True,
+                       env=env, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+def test_a_failed_prologs_drain_is_said_to_be_slurms(tmp_path, hung_mount):
+    cfg, env = _prolog_failed(tmp_path, hung_mount)
+    out = _explain(cfg, env)
+    head = out.splitlines()[1]
+    assert "drained by slurm-hooks" not in out, out
+    assert head.startswith("drained by Slurm (its own `Prolog error` when slurm-hooks' prolog failed"), out
+
+
+def test_explain_after_failed_prologs_reads_plainly(tmp_path, hung_mount):
+    """The drain's time stays from run to run, the helper's re-wording is among the
+    actions, no result is said twice, no time is a raw epoch."""
+    import json
+    import re
+    import time
+
+    from helpers import poll
+    cfg, env = _prolog_failed(tmp_path, hung_mount)
+    first = _explain(cfg, env)
+    # The detached helper (no Slurm here: it fails) journals what became of its re-wording.
+    journal = tmp_path / "journal.jsonl"
+    poll(lambda: any(json.loads(x).get("followup") for x in journal.read_text().splitlines()), 20,
+         what="the helper's journal line")
+    time.sleep(1.1)
+    _prolog_failed(tmp_path, hung_mount)
+    poll(lambda: sum(bool(json.loads(x).get("followup")) for x in journal.read_text().splitlines()) == 2, 20,
+         what="the second helper's journal line")
+    again = _explain(cfg, env)
+    assert first.splitlines()[1] == again.splitlines()[1], (first, again)
+    assert "re-word node hooknode's reason (prolog's detached helper): failed" in again, again
+    assert "left to Slurm (left to Slurm" not in again, again
+    assert "drain node hooknode: left to Slurm (Slurm drains the node when the prolog fails" in again, again
+    assert not re.search(r"since: \d{9,}", again), again
+    assert re.search(r"since: 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d", again), again
