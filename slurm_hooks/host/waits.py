@@ -14,7 +14,8 @@ the place is found by ids the kernel gives:
   lookup the child reports the mount id of the directory it looks in, so a walk that
   hangs still names the mount it hung on;
 - a page fault: the devices of the task's file mappings (the memory reader child reads
-  /proc/PID/maps), of the filesystem the kernel stack names;
+  /proc/PID/maps), of the filesystem the kernel stack names, each a mount of the task's
+  own table (fault_candidates);
 - the kernel stack and wchan: the filesystem family or the GPU driver. No user can
   mount NFS, Lustre, GPFS, BeeGFS, CIFS or Ceph, so their symbols alone are the node's;
   FUSE symbols say nothing of whose FUSE.
@@ -144,6 +145,32 @@ def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
         return None
 
 
+def fault_candidates(symbols: list[str], devs: list[str], table: MountTable) -> list[tuple[Mount | None, str]]:
+    """The places a page fault may wait on, for attribute: (mount or None, how found).
+
+    A fault has no descriptor and no path: only the devices of the task's file
+    mappings name where it may wait, and any mapping may be the one. So a mount is
+    named only when the kernel stack shows its filesystem's code (a network or FUSE
+    mount of that family), and every mapping device must be a mount of the task's own
+    table, read once (`table`): a thread waiting for a page lock
+    (folio_wait_bit_common < filemap_fault) shows no filesystem, and the device of a
+    lazily unmounted FUSE mount of the user's names no mount at all. Either proves
+    nothing (a None place), however many of the node's mounts the task also maps."""
+    fams = families(symbols) - {"gpu"}
+    if not fams:
+        return [(None, "a page fault whose kernel stack shows no filesystem: the mapping it waits on is unknown")]
+    out: list[tuple[Mount | None, str]] = []
+    for dev in devs:
+        same = table.with_dev(dev)
+        if not same:
+            out.append((None, f"a file mapping on device {dev}, a mount not in the task's table"))
+            continue
+        m = same[0]
+        if (m.is_network or m.is_fuse) and fstype_family(m) in fams:
+            out.append((m, f"a file mapping on device {dev}, {fstype_family(m)} as the kernel stack"))
+    return out
+
+
 def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], task_table: MountTable,
               host: MountTable, uid: int, fusectl: str = FUSECTL) -> Place:
     """The verdict from the stack's symbols and the mounts the task's own ids named
@@ -173,8 +200,9 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
             place.how.append(f"the kernel stack is in {'/'.join(sorted(fams))}, but no id names the mount")
         return place
     if len(found) < len(candidates):
-        place.cause = "unproven"
-        place.how.append("a mount the task's ids name is not in its mount table (detached?)")
+        # Which of the places is the one is not known: none is named.
+        place.cause, place.mount = "unproven", None
+        place.how.append("not every place the task's ids name is a mount of its table (detached?)")
         return place
     for m in found:
         who, who_uid = owner(m, task_table, host, uid)

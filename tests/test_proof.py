@@ -1,0 +1,188 @@
+"""A fault is proven before the node is blamed, and recovery acts only on the proven mount.
+
+Each attack runs as a real unprivileged user (tests/attacker.py) on real FUSE mounts
+(tests/fusefs.py; the user's own made with fusermount3) and real kernel state, through
+the real health check; where the kernel state cannot be had here (the NVIDIA driver),
+the rule is pinned on captured stacks and mount tables, as test_waits.py does.
+
+- a page fault on a lazily unmounted FUSE mount of the user's, while the task also maps
+  a file of the node's FUSE mount and keeps one of its requests in flight;
+- a task that binds the node's hung mount over another recoverable mount in a
+  namespace of its own: recovery must act on the proven device's mount only;
+- a `fuseblk` connection, which fusectl names by the whole device number;
+- a lock waiter whose stack shows the GPU driver.
+"""
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from attacker import unprivileged_user
+from helpers import poll, run_record
+from mounts_fixtures import FUSECTL_DIR, read_mountinfo, start_fuse
+
+from slurm_hooks.checks._config import load_config
+from slurm_hooks.core.model import Finding
+from slurm_hooks.core.records import fields as record_fields
+from slurm_hooks.decide import policy
+from slurm_hooks.host import waits
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+
+NODE_STUCK = ("stuck", "stuck_not_node", "stuck_own_mount")
+
+
+@pytest.fixture(scope="module")
+def mallory_module():
+    with unprivileged_user() as user:
+        yield user
+
+
+@pytest.fixture
+def mallory(mallory_module):
+    yield mallory_module
+    mallory_module.cleanup()
+
+
+@pytest.fixture
+def fusectl():
+    """fusectl where the rules read it (a FUSE mount's `waiting`, its `abort`)."""
+    if not any(m.fstype == "fusectl" for m in read_mountinfo()):
+        subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL_DIR], check=True, timeout=10)
+    return FUSECTL_DIR
+
+
+@pytest.fixture
+def node_mounts(mallory_module):
+    """Root's FUSE mounts (allow_other) where the user can reach them; closed after."""
+    made = []
+
+    def make(name, mode, **kw):
+        m = start_fuse(mallory_module.base / f"{name}-{time.monotonic_ns()}", mode, **kw)
+        made.append(m)
+        return m
+    yield make
+    for m in reversed(made):
+        m.close()
+
+
+def state_of(pid: int) -> str:
+    try:
+        data = open(f"/proc/{pid}/stat", "rb").read()
+    except OSError:
+        return ""
+    return data[data.rfind(b")") + 2:].split()[0].decode()
+
+
+def stays_in_d(pid: int, within: float = 15) -> None:
+    def check():
+        if state_of(pid) != "D":
+            return False
+        time.sleep(1.0)
+        return state_of(pid) == "D"
+    poll(check, within, what=f"pid {pid} staying in D")
+
+
+def configure(tmp_path: Path, **extra) -> Path:
+    """A real health check that only reports, stuck tasks outside jobs draining as a
+    job's would: a finding the node is blamed for fails."""
+    (tmp_path / "kmsg").touch()
+    doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"), "syslog": False,
+           "prometheus_textfile_dir": None, "node_name": "testnode", "kernel_log": str(tmp_path / "kmsg"),
+           "filesystems": [{"path": str(tmp_path)}], "actions": {"report_only": True},
+           "gpu": {"enabled": "false"},
+           "stuck_tasks": {"grace": 1, "sample_window": 0.3, "inspect_timeout": 1, "non_job_tasks": "drain"},
+           **extra}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def diagnosed(config: Path, pid: int, tries: int = 8) -> tuple[dict, dict]:
+    """(the record, the finding) of the first run that diagnosed pid."""
+    for _ in range(tries):
+        rec = run_record(config, "healthcheck", check="stuck_tasks")
+        found = [f for f in rec["findings"] if f["evidence"].get("pid") == pid and f["status"] in NODE_STUCK]
+        if found:
+            return rec, found[0]
+        time.sleep(0.5)
+    raise AssertionError(f"pid {pid} never diagnosed; last findings {rec['findings']}")
+
+
+def as_finding(f: dict) -> Finding:
+    names = {fl.name for fl in record_fields(Finding)}
+    return Finding(**{k: v for k, v in f.items() if k in names})
+
+
+# --- 1. a page fault after a lazy unmount ------------------------------------------------
+# The user maps a file of the node's FUSE mount and one of their own, detaches their own
+# mount (fusermount3 -u -z) and touches a page their server never answers. Meanwhile
+# another of their processes keeps a request of the node's mount in flight, so fusectl
+# says requests wait on it. The detached mount is gone from the task's mountinfo.
+PAGE_FAULT = r"""
+import mmap, os, signal, subprocess, sys, time
+node, own, server, how = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+with open(node + "/data.bin", "rb") as f:
+    keep = mmap.mmap(f.fileno(), 65536, prot=mmap.PROT_READ)
+with open(own + "/data.bin", "rb") as f:
+    m = mmap.mmap(f.fileno(), 65536, prot=mmap.PROT_READ)
+if how == "random":
+    m.madvise(mmap.MADV_RANDOM)     # no readahead: the fault reads its page itself, in FUSE code
+subprocess.run(["fusermount3", "-u", "-z", own], check=True)
+os.kill(server, signal.SIGUSR1)
+time.sleep(0.3)
+m[40960]
+"""
+IN_FLIGHT = "import os, sys; os.statvfs(sys.argv[1])"
+
+
+@pytest.mark.parametrize("how", ["readahead", "random"])
+def test_a_page_fault_after_a_lazy_unmount_never_blames_the_node(mallory, node_mounts, fusectl, tmp_path, how):
+    node = node_mounts("node", "slow", slow_op="statfs", delay=600)
+    (Path(node.path) / "data.bin").write_bytes(b"\0" * 65536)
+    own = mallory.fuse("ok", "own", "--no-interrupt")
+    mallory.run("sh", "-c", "head -c 65536 /dev/zero > own/data.bin")
+    holder = mallory.python(IN_FLIGHT, node.path)
+    node_entry = MountTable.current().at(str(node.path))
+    poll(lambda: waits.fuse_waiting(node_entry, fusectl), 10, what="a request of the node's mount in flight")
+    attack = mallory.python(PAGE_FAULT, node.path, own.path, own.pid, how)
+    stays_in_d(attack.pid)
+    assert state_of(holder.pid) == "S", "the node's request waits interruptibly: no stuck task of its own"
+    rec, f = diagnosed(configure(tmp_path), attack.pid)
+    ev = f["evidence"]
+    assert ev["syscall"] == "page fault" and str(own.path) not in open(f"/proc/{attack.pid}/mountinfo").read()
+    assert ("request_wait_answer" in ev["stack"]) == (how == "random"), ev["stack"]
+    # Neither the stack nor a device of the task's table proves the node's mount.
+    assert (f["status"], ev["cause"], f["severity"]) == ("stuck_not_node", "unproven", "warn"), repr(ev)
+    assert ev["mountpoint"] == ev["mount_dev"] == ""
+    # The node takes no part (other tasks of this shared host may fail it, not this one).
+    assert not [a for a in rec["actions"] if f"pid {attack.pid}" in str(a)], rec["actions"]
+    decided = policy.decide([as_finding(f)], "testnode", "p:", load_config(None).actions, {}, 0.0)
+    assert not [a for a in decided if a.kind in ("drain", "reboot", "recover")], decided
+    own.close()           # its server gone, the fault fails and the task can die
+    poll(lambda: attack.poll() is not None, 10, what="the task gone")
+
+
+def test_a_page_fault_proves_a_mount_only_by_its_filesystems_code_and_the_tasks_table(tmp_path):
+    host = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n40 1 0:50 / /shared rw - fuse.gcsfuse b rw,user_id=0,allow_other\n"
+    table = MountTable(parse_mountinfo(host))
+    ctl = tmp_path / "connections"
+    (ctl / "50").mkdir(parents=True)
+    (ctl / "50" / "waiting").write_text("1\n")
+
+    def verdict(stack, devs):
+        return waits.attribute(stack, waits.fault_candidates(stack, devs, table), table, table, 1000, str(ctl))
+    lock_page = ["folio_wait_bit_common", "filemap_fault", "__do_fault"]
+    in_fuse = ["request_wait_answer", "fuse_simple_request", "fuse_read_folio", "filemap_fault"]
+    assert verdict(lock_page, ["0:50"]).cause == "unproven"
+    # A device that names no mount of the task's table (0:77: detached) may be the one.
+    assert verdict(in_fuse, ["0:50", "0:77"]).cause == "unproven"
+    # The true positive stays: the node's FUSE code, the node's mount, a request waiting.
+    p = verdict(in_fuse, ["8:1", "0:50"])
+    assert (p.cause, p.mount.mountpoint) == ("shared_filesystem", "/shared")
+    assert verdict(["rpc_wait_bit_killable", "nfs_read_folio", "filemap_fault"], ["0:77"]).cause \
+        == "shared_filesystem"
+
+
