@@ -186,3 +186,13 @@ def test_a_page_fault_proves_a_mount_only_by_its_filesystems_code_and_the_tasks_
         == "shared_filesystem"
 
 
+# --- 4. the lock rule before the GPU driver's ----------------------------------------------
+def test_a_task_queued_on_a_gpu_driver_lock_is_the_holders_not_the_drivers():
+    table = MountTable(parse_mountinfo("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"))
+    # The NVIDIA driver's os_acquire_mutex is a semaphore: its waiters queue in down().
+    waiter = ["__schedule", "schedule", "schedule_timeout", "__down_common", "__down", "down",
+              "os_acquire_mutex", "_nv012345rm", "nvidia_ioctl"]
+    p = waits.attribute(waiter, [], table, table, 1000)
+    assert (p.cause, p.node_fault) == ("lock", False), p.how
+    # The holder, waiting in the driver itself, is the driver's.
+    assert waits.attribute(["os_delay", "_nv012345rm", "nvidia_ioctl"], [], table, table, 1000).cause == "gpu_driver"

@@ -36,8 +36,9 @@ from ..core.records import dataclass, field
 from . import procfs
 from .mounts import Mount, MountTable
 
-# Prefixes of kernel symbols, per family. GPU first: the NVIDIA driver's waits are
-# built on the kernel's semaphores and would otherwise read as a lock.
+# Prefixes of kernel symbols, per family. The lock rule comes before every family
+# (attribute): a task queued on a lock, the NVIDIA driver's semaphores included, waits
+# on the task holding it, which may be stalled on anything of its user's.
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpu", ("nvidia", "nv_", "_nv0", "uvm_", "os_acquire_", "nvkms", "rm_")),
     ("nfs", ("nfs", "rpc_", "__rpc_", "xprt_")),
@@ -180,6 +181,12 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
     found = [m for m, _ in candidates if m is not None]
     place.how = [how for _, how in candidates]
     place.mount = found[0] if found else None
+    if lock_wait(symbols):
+        # Before any family: a lock of the GPU driver or of an NFS inode may be held by a
+        # task stalled on its user's own mount. The holder is diagnosed for itself.
+        place.cause = "lock"
+        place.how.append("queued on a lock: the task holding it is the one waiting")
+        return place
     if "gpu" in fams:
         place.cause = "gpu_driver"
         place.how.append("the kernel stack is in the GPU driver")
@@ -189,10 +196,6 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
         place.cause = "shared_filesystem"
         place.how.append(f"the kernel stack is in {'/'.join(sorted(node_only))}, which no user can mount")
         place.mount = next((m for m in found if fstype_family(m) in node_only), place.mount)
-        return place
-    if lock_wait(symbols):
-        place.cause = "lock"
-        place.how.append("queued on a lock: the task holding it is the one waiting")
         return place
     if not candidates:
         place.cause = "unproven" if fams else "other"
