@@ -14,7 +14,12 @@ the rule is pinned on captured stacks and mount tables, as test_waits.py does.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -24,12 +29,15 @@ from attacker import unprivileged_user
 from helpers import poll, run_record
 from mounts_fixtures import FUSECTL_DIR, read_mountinfo, start_fuse
 
+from slurm_hooks.act import recovery
 from slurm_hooks.checks._config import load_config
-from slurm_hooks.core.model import Finding
+from slurm_hooks.core.model import Finding, Recovery
 from slurm_hooks.core.records import fields as record_fields
+from slurm_hooks.core.state import StateStore
 from slurm_hooks.decide import policy
 from slurm_hooks.host import waits
 from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+from slurm_hooks.host.runner import Runner
 
 NODE_STUCK = ("stuck", "stuck_not_node", "stuck_own_mount")
 
@@ -184,6 +192,53 @@ def test_a_page_fault_proves_a_mount_only_by_its_filesystems_code_and_the_tasks_
     assert (p.cause, p.mount.mountpoint) == ("shared_filesystem", "/shared")
     assert verdict(["rpc_wait_bit_killable", "nfs_read_folio", "filemap_fault"], ["0:77"]).cause \
         == "shared_filesystem"
+
+
+# --- 3. fusectl names a fuseblk connection by the whole device number ----------------------
+@pytest.fixture
+def fuseblk(tmp_path):
+    """A fuseblk mount (root's, on a loop device) whose server never answers INIT."""
+    img = tmp_path / "blk.img"
+    img.write_bytes(b"\0" * (1 << 20))
+    loop = subprocess.run(["losetup", "-f", "--show", str(img)], capture_output=True, text=True, timeout=10)
+    if loop.returncode != 0:
+        pytest.skip(f"no loop device: {loop.stderr.strip()}")
+    dev = loop.stdout.strip()
+    point = tmp_path / "blk"
+    point.mkdir()
+    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    libc = ctypes.CDLL(None, use_errno=True)
+    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0,allow_other,blksize=4096".encode()
+    try:
+        if libc.mount(dev.encode(), str(point).encode(), b"fuseblk", 0, opts) != 0:
+            pytest.skip(f"fuseblk mount: {os.strerror(ctypes.get_errno())}")
+        yield point
+    finally:
+        os.close(fd)          # aborts whatever still waits
+        subprocess.run(["umount", "-l", "-c", str(point)], capture_output=True, timeout=10)
+        subprocess.run(["losetup", "-d", dev], capture_output=True, timeout=10)
+
+
+def test_fusectl_names_a_fuseblk_connection_by_its_whole_device_number(fuseblk, fusectl, tmp_path):
+    m = MountTable.current().at(str(fuseblk))
+    major, minor = map(int, m.dev.split(":"))
+    assert m.fstype == "fuseblk" and major != 0
+    p = subprocess.Popen([sys.executable, "-c", f"import os; os.stat({str(fuseblk)!r} + '/x')"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        stays_in_d(p.pid)
+        assert waits.fuse_waiting(m, fusectl) >= 1        # INIT and the stat
+        start = int(open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        r = Recovery(mountpoint=str(fuseblk), dev=m.dev, method="fuse-abort", probe=str(fuseblk), wait=5,
+                     tasks=[[p.pid, start]])
+        out = recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok"))
+        assert out.steps[0] == "fuse-abort: done" and out.freed == 1, out.steps
+        assert p.wait(timeout=5) == 1                 # ENOTCONN: the abort reached its connection
+        # The kernel's dev_t, not os.makedev's encoding (stat(2)'s), which differs.
+        assert waits.fusectl_name(m) == str(major << 20 | minor) != str(os.makedev(major, minor))
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p.pid, signal.SIGKILL)
 
 
 # --- 4. the lock rule before the GPU driver's ----------------------------------------------

@@ -3,9 +3,10 @@
 Only a reboot clears a task stuck for good in D, unless the filesystem it waits on
 offers a way to fail its pending requests:
 
-- FUSE: writing 1 to /sys/fs/fuse/connections/MINOR/abort (fusectl) fails every request
-  of the connection; its callers wake with ENOTCONN and can die. MINOR is the mount's
-  device minor, from mountinfo: the mount itself is never touched.
+- FUSE: writing 1 to /sys/fs/fuse/connections/N/abort (fusectl) fails every request
+  of the connection; its callers wake with ENOTCONN and can die. N is the kernel's
+  dev_t of the mount's superblock (waits.fusectl_name: the minor for `fuse`, not for
+  `fuseblk`), from mountinfo: the mount itself is never touched.
 - NFS: `umount -f` fails the pending RPCs of a hard mount with EIO.
 - Anything else (Lustre eviction, GPFS): the site's own command.
 
@@ -117,6 +118,7 @@ def _alive(tasks: list) -> list:
 def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outcome:
     """Carry out one recovery; `probe()` runs the filesystem's own probe of r.probe and
     says (passed, verdict)."""
+    from ..host.waits import fusectl_name
     out = Outcome()
     m = _live_mount(r)
     if m is None:
@@ -132,8 +134,7 @@ def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outco
         if not m.is_fuse:
             out.steps.append(f"refused: {r.mountpoint} is {m.fstype}, not FUSE")
             return out
-        minor = r.dev.split(":", 1)[1]
-        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{minor}/abort",), r.timeout)
+        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{fusectl_name(m)}/abort",), r.timeout)
     elif r.method == "nfs-force-unmount":
         ok, what = _step(runner, key + ":umount-f", _run_argv, ([_umount(), "-f", r.mountpoint],), r.timeout)
     else:

@@ -23,7 +23,7 @@ the place is found by ids the kernel gives:
 A mount is the node's when its superblock (device number) is mounted in the checker's
 own mount namespace, and not as a user's FUSE mount nor below one. A FUSE mount named
 must also have requests waiting on its connection, where fusectl tells
-(/sys/fs/fuse/connections/MINOR/waiting). Everything else - a mount only in another
+(/sys/fs/fuse/connections/N/waiting, fusectl_name). Everything else - a mount only in another
 namespace, a detached mount, a place no id names, a stack that names a filesystem the
 named mount is not, a wait on a lock another task holds - is not proven, and a task
 waiting there is its job's problem: never a drain, never a reboot.
@@ -132,14 +132,26 @@ def owner(m: Mount, task_table: MountTable, host: MountTable, uid: int) -> tuple
     return "node", None
 
 
-def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
-    """Requests waiting on a FUSE mount's connection (fusectl; its directory is named
-    for the device minor). None where fusectl is not mounted."""
+def fusectl_name(m: Mount) -> str | None:
+    """The name of a FUSE mount's connection in fusectl: the kernel's own dev_t of its
+    superblock, written whole (fs/fuse/control.c: "%u" of fc->dev, MKDEV(major, minor) =
+    major << 20 | minor). For `fuse` the major is 0 and the name is the minor; for
+    `fuseblk` (a block device's number) it is not. Not os.makedev: that is the encoding
+    of stat(2), another number."""
     try:
-        minor = int(m.dev.split(":", 1)[1])
-    except (IndexError, ValueError):
+        major, minor = (int(x) for x in m.dev.split(":", 1))
+    except ValueError:
         return None
-    data = procfs.read_small(f"{fusectl}/{minor}/waiting", size=64)
+    return str((major << 20) | minor)
+
+
+def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
+    """Requests waiting on a FUSE mount's connection (fusectl). None where fusectl is
+    not mounted."""
+    name = fusectl_name(m)
+    if name is None:
+        return None
+    data = procfs.read_small(f"{fusectl}/{name}/waiting", size=64)
     try:
         return None if data is None else int(data)
     except ValueError:
