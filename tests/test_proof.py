@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from attacker import unprivileged_user
+from attacker import PY, unprivileged_user
 from helpers import poll, run_record
 from mounts_fixtures import FUSECTL_DIR, read_mountinfo, start_fuse
 
@@ -192,6 +192,66 @@ def test_a_page_fault_proves_a_mount_only_by_its_filesystems_code_and_the_tasks_
     assert (p.cause, p.mount.mountpoint) == ("shared_filesystem", "/shared")
     assert verdict(["rpc_wait_bit_killable", "nfs_read_folio", "filemap_fault"], ["0:77"]).cause \
         == "shared_filesystem"
+
+
+# --- 2. recovery acts only on the mount whose device is the proven one ---------------------
+# The node's /home hangs; its /scratch is healthy. A user binds /home at /scratch in a
+# mount namespace of their own and opens a file there: their task waits on /home's
+# superblock while its own namespace calls the place /scratch.
+BIND_OVER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.mount(sys.argv[1].encode(), sys.argv[2].encode(), None, 4096, None) != 0:   # MS_BIND
+    sys.exit("bind: " + os.strerror(ctypes.get_errno()))
+open(sys.argv[2] + "/data.bin", "rb")
+"""
+
+
+def test_recovery_acts_on_the_proven_device_not_on_a_name_from_the_tasks_namespace(
+        mallory, node_mounts, fusectl, tmp_path):
+    home = node_mounts("home", "unanswered")
+    scratch = node_mounts("scratch", "ok")
+    (Path(scratch.path) / "kept.txt").write_text("kept")
+    attack = mallory.spawn("unshare", "-Urm", PY, "-c", BIND_OVER, home.path, scratch.path)
+    stays_in_d(attack.pid)
+    rec, f = diagnosed(configure(tmp_path), attack.pid)
+    table = MountTable.current()
+    home_dev, scratch_dev = table.at(str(home.path)).dev, table.at(str(scratch.path)).dev
+    ev = f["evidence"]
+    assert (f["status"], ev["cause"]) == ("stuck", "shared_filesystem"), ev["attribution"]
+    assert (ev["mountpoint"], ev["mount_dev"]) == (str(scratch.path), home_dev), "the vector: a name from its namespace"
+
+    from slurm_hooks.act.actuation import _recoverable
+    cfg_path = tmp_path / "recover.yaml"
+    cfg_path.write_text(yaml.safe_dump({"filesystems": [
+        {"path": str(p), "recover": {"method": "fuse-abort", "wait": 5}} for p in (home.path, scratch.path)]}))
+    cfg = load_config(str(cfg_path))
+    stuck = as_finding(f)
+    decided = policy.decide([stuck], "testnode", "p:", cfg.actions, {}, 0.0)
+    [a] = [a for a in policy.recoveries(decided, [stuck], {}, _recoverable(cfg), {}, True) if a.kind == "recover"]
+    assert (a.recovery.mountpoint, a.recovery.dev) == (str(home.path), home_dev)
+
+    runner = Runner(StateStore(str(tmp_path / "rstate")))
+    out = recovery.recover(a.recovery, runner, lambda: (True, "ok"))
+    assert out.freed == 1 and out.left == [], out.steps
+    assert attack.wait(timeout=5) != 0
+    # /scratch was never touched: its server still answers, its connection is there.
+    assert (Path(scratch.path) / "kept.txt").read_text() == "kept" and scratch.server_alive()
+    assert os.path.isdir(f"{fusectl}/{waits.fusectl_name(MountTable.current().at(str(scratch.path)))}")
+    assert scratch_dev != home_dev
+
+
+def test_a_recovery_whose_mount_point_now_holds_another_device_is_refused(node_mounts, fusectl, tmp_path):
+    home = node_mounts("home", "unanswered")
+    scratch = node_mounts("scratch", "ok")
+    (Path(scratch.path) / "kept.txt").write_text("kept")
+    table = MountTable.current()
+    home_dev, scratch_dev = table.at(str(home.path)).dev, table.at(str(scratch.path)).dev
+    r = Recovery(mountpoint=str(scratch.path), dev=home_dev, method="fuse-abort", probe=str(scratch.path), wait=1)
+    out = recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok"))
+    assert not out.recovered and out.steps == [
+        f"refused: {scratch.path} is device {scratch_dev}, not {home_dev} the stuck tasks were proven to wait on"]
+    assert (Path(scratch.path) / "kept.txt").read_text() == "kept" and scratch.server_alive()
 
 
 # --- 3. fusectl names a fuseblk connection by the whole device number ----------------------
