@@ -123,11 +123,11 @@ def test_config_refuses_an_abort_on_a_mount_that_is_not_fuse(tmp_path):
 
 
 # --- when: policy on data alone -------------------------------------------------------
-def stuck(job="12", pid=345, mount="/scratch"):
+def stuck(job="12", pid=345, mount="/scratch", dev="0:50"):
     return Finding(check="stuck_tasks", target=f"job {job} pid {pid}", status="stuck", severity=FAIL,
                    summary="s", reason=f"job {job} pid {pid} stuck in write() on {mount}/log (fuse.x)", job=job,
                    incident=f"n1:{pid}:100", needs_reboot=True, hard=True, resumable=False,
-                   evidence={"pid": pid, "start_ticks": 100, "mountpoint": mount})
+                   evidence={"pid": pid, "start_ticks": 100, "mountpoint": mount, "mount_dev": dev})
 
 
 RECOVERABLE = {"/scratch": Recovery(mountpoint="/scratch", dev="0:50", method="fuse-abort", probe="/scratch")}
@@ -149,7 +149,7 @@ def test_a_reboot_for_a_recoverable_mount_becomes_a_recovery_once():
 def test_no_recovery_where_we_did_not_drain_nor_for_another_mount():
     f = stuck()
     assert [a.kind for a in policy.recoveries([reboot(f)], [f], {}, RECOVERABLE, {}, drained=False)] == ["reboot"]
-    g = stuck(mount="/other")
+    g = stuck(mount="/other", dev="0:60")
     assert [a.kind for a in policy.recoveries([reboot(g)], [g], {}, RECOVERABLE, {}, drained=True)] == ["reboot"]
 
 

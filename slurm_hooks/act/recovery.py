@@ -3,9 +3,10 @@
 Only a reboot clears a task stuck for good in D, unless the filesystem it waits on
 offers a way to fail its pending requests:
 
-- FUSE: writing 1 to /sys/fs/fuse/connections/MINOR/abort (fusectl) fails every request
-  of the connection; its callers wake with ENOTCONN and can die. MINOR is the mount's
-  device minor, from mountinfo: the mount itself is never touched.
+- FUSE: writing 1 to /sys/fs/fuse/connections/N/abort (fusectl) fails every request
+  of the connection; its callers wake with ENOTCONN and can die. N is the kernel's
+  dev_t of the mount's superblock (waits.fusectl_name: the minor for `fuse`, not for
+  `fuseblk`), from mountinfo: the mount itself is never touched.
 - NFS: `umount -f` fails the pending RPCs of a hard mount with EIO.
 - Anything else (Lustre eviction, GPFS): the site's own command.
 
@@ -15,8 +16,10 @@ hang-safe child with a deadline (host/runner.py); the stuck tasks are polled by 
 time in /proc, never waited for. A recovery that leaves a task alive, or a mount that
 does not come back healthy, says so: the reboot follows, saying recovery was tried.
 
-Policy decides when (policy.recoveries): a mount proven hung, never a user's own, once
-per incident, on a node we drained, never in `check` or `--dry-run`.
+Policy decides when (policy.recoveries): a mount proven hung, found by the proven
+device, never a user's own, once per incident, on a node we drained, never in `check`
+or `--dry-run`. Just before acting, one reading of the mount table must show that same
+device at the mount point, the node's: anything else is refused, saying why.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ..host.runner import DONE, Runner, Task
 
 if TYPE_CHECKING:
     from ..core.model import Recovery
+    from ..host.mounts import Mount
 
 FUSECTL = "/sys/fs/fuse/connections"
 UMOUNT = ("/usr/bin/umount", "/bin/umount")
@@ -78,15 +82,26 @@ def _umount() -> str:
     return next((p for p in UMOUNT if os.path.exists(p)), UMOUNT[0])
 
 
-def _live_mount(r: Recovery):
-    """The mount as the kernel lists it now (mountinfo), found by its device: a mount
-    that is no longer there, or is another one now, is not the one we were asked about."""
+def _live_mount(r: Recovery) -> tuple[Mount | None, str]:
+    """The mount at r.mountpoint as the kernel lists it now, if it is the one we were
+    asked about: (mount, ""); (None, "") where nothing is mounted there any more; (None,
+    why) where something else is, refused. Everything is judged from one reading
+    of the mount table: the device, the owner and the kind, and the fusectl name comes
+    from the same entry."""
     from ..host.mounts import MountTable
     table = MountTable.current()
-    for m in table:
-        if m.dev == r.dev and m.mountpoint == r.mountpoint:
-            return m
-    return None
+    m = table.at(r.mountpoint)
+    if m is None:
+        return None, ""
+    if not r.dev or m.dev != r.dev:
+        return None, (f"refused: {r.mountpoint} is device {m.dev}, not {r.dev or 'the one'} the stuck "
+                      "tasks were proven to wait on")
+    owner = table.user_owner(m)
+    if owner is not None:
+        return None, f"refused: {r.mountpoint} is a FUSE mount of uid {owner}, not the node's"
+    if r.method == "fuse-abort" and not m.is_fuse:
+        return None, f"refused: {r.mountpoint} is {m.fstype}, not FUSE"
+    return m, ""
 
 
 def _mounted_at(point: str):
@@ -117,23 +132,20 @@ def _alive(tasks: list) -> list:
 def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outcome:
     """Carry out one recovery; `probe()` runs the filesystem's own probe of r.probe and
     says (passed, verdict)."""
+    from ..host.waits import fusectl_name
     out = Outcome()
-    m = _live_mount(r)
+    m, refused = _live_mount(r)
+    if refused:
+        out.steps.append(refused)
+        return out
     if m is None:
         out.steps.append(f"{r.mountpoint} (device {r.dev}) is no longer mounted: nothing to recover")
         out.left = _alive(r.tasks)
         out.freed = len(r.tasks) - len(out.left)
         return out
     key = f"recover:{r.mountpoint}"
-    if m.user_fuse:
-        out.steps.append(f"refused: {r.mountpoint} is a FUSE mount of uid {m.fuse_owner}, not the node's")
-        return out
     if r.method == "fuse-abort":
-        if not m.is_fuse:
-            out.steps.append(f"refused: {r.mountpoint} is {m.fstype}, not FUSE")
-            return out
-        minor = r.dev.split(":", 1)[1]
-        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{minor}/abort",), r.timeout)
+        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{fusectl_name(m)}/abort",), r.timeout)
     elif r.method == "nfs-force-unmount":
         ok, what = _step(runner, key + ":umount-f", _run_argv, ([_umount(), "-f", r.mountpoint],), r.timeout)
     else:
@@ -153,7 +165,7 @@ def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outco
                          f"(pid {', '.join(str(p) for p, _ in left[:5])})")
         return out
     if r.remount:
-        if _live_mount(r) is not None:
+        if _live_mount(r)[0] is not None:
             _step(runner, key + ":detach", _run_argv, ([_umount(), "-l", r.mountpoint],), r.timeout)
         ok, what = _step(runner, key + ":remount", _run_argv, (_argv(r.remount, r, m.source),), r.timeout)
         if ok and _mounted_at(r.mountpoint) is None:

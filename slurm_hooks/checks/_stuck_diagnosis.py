@@ -592,10 +592,7 @@ class Diagnosis:
                 how += f" ({d.walk['error']})"
             candidates.append((table.by_id(mid) if isinstance(mid, int) else None, how))
         elif d.syscall == "page fault" and d.devs:
-            fams = waits.families([d.wchan] + d.stack)
-            for m in table:
-                if m.dev in d.devs and (m.is_fuse if "fuse" in fams else (m.is_network or m.is_fuse)):
-                    candidates.append((m, f"a file mapping on device {m.dev}"))
+            candidates += waits.fault_candidates([d.wchan] + d.stack, d.devs, table)
         place = waits.attribute([d.wchan] + d.stack, candidates, table, ctx.mounts, d.sample.uid)
         if d.look != "ok":
             place.how.append(f"its /proc files did not answer: {d.look}")

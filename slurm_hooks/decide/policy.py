@@ -177,15 +177,23 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
     """Put a recovery in place of a reboot where the kernel allows another way out.
 
     `recoverable`: mountpoint -> Recovery (without tasks) for every configured mount
-    with `recover` on, as mounted now. A reboot asked for tasks stuck on one such mount
-    becomes a `recover` of it, once per incident; once tried, the reboot goes ahead,
-    saying so. A mount whose probe hung on consecutive runs of a node we drained is
-    recovered too. Never a user's mount (their findings do not fail), never where we
-    did not drain (the drain-storm breaker bounds recoveries as it bounds drains).
+    with `recover` on, as mounted now in the host's table (its `dev`, from one reading).
+    A reboot asked for tasks stuck on one such mount becomes a `recover` of it, once
+    per incident; once tried, the reboot goes ahead, saying so. The mount is the one
+    whose device is the proven one (the findings' `mount_dev`), never the one at the
+    path the task's own namespace shows: a task can bind the node's /home at /scratch
+    in a namespace of its own. A mount whose probe hung on consecutive runs of a node
+    we drained is recovered too. Never a user's mount (their findings do not fail),
+    never where we did not drain (the drain-storm breaker bounds recoveries as it
+    bounds drains).
     """
     from ..core.model import Recovery
     if not recoverable or not drained:
         return actions
+    by_dev: dict[str, str] = {}
+    for p, r in recoverable.items():
+        if r.dev:
+            by_dev.setdefault(r.dev, p)
     out: list[Action] = []
     for a in actions:
         if a.kind != "reboot" or a.after_job:
@@ -193,11 +201,11 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
             continue
         ids = (a.incident or "").split("+")
         stuck = [f for f in findings if f.needs_reboot and (f.incident or f.target) in ids]
-        points = {str(f.evidence.get("mountpoint") or "") for f in stuck}
-        if len(points) != 1 or next(iter(points)) not in recoverable:
+        devs = {str(f.evidence.get("mount_dev") or "") for f in stuck}
+        if len(devs) != 1 or next(iter(devs)) not in by_dev:
             out.append(a)            # several places, or one without recovery: the reboot
             continue
-        point = next(iter(points))
+        point = by_dev[next(iter(devs))]
         tried = [ledger[k] for k in (f"recover:{a.node}:{i}" for i in ids) if k in ledger]
         if tried:
             how = recoverable[point].method
@@ -226,7 +234,8 @@ def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, rec
             continue
         if (f.status in ("hung", "still_hung") and int(counts.get(f"{f.check}:{f.target}", 0)) >= 2
                 and before is None and not any(x.kind == "recover" for x in out)):
-            on_it = [g for g in findings if g.severity == FAIL and g.evidence.get("mountpoint") == point
+            dev = recoverable[point].dev
+            on_it = [g for g in findings if g.severity == FAIL and dev and g.evidence.get("mount_dev") == dev
                      and isinstance(g.evidence.get("pid"), int) and has_role(g.check, STUCK_TASK)]
             out.append(Action("recover", node=node, reason=f.reason_text, incident=point,
                               recovery=Recovery(**{**_fields(recoverable[point]),

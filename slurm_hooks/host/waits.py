@@ -14,7 +14,8 @@ the place is found by ids the kernel gives:
   lookup the child reports the mount id of the directory it looks in, so a walk that
   hangs still names the mount it hung on;
 - a page fault: the devices of the task's file mappings (the memory reader child reads
-  /proc/PID/maps), of the filesystem the kernel stack names;
+  /proc/PID/maps), of the filesystem the kernel stack names, each a mount of the task's
+  own table (fault_candidates);
 - the kernel stack and wchan: the filesystem family or the GPU driver. No user can
   mount NFS, Lustre, GPFS, BeeGFS, CIFS or Ceph, so their symbols alone are the node's;
   FUSE symbols say nothing of whose FUSE.
@@ -22,7 +23,7 @@ the place is found by ids the kernel gives:
 A mount is the node's when its superblock (device number) is mounted in the checker's
 own mount namespace, and not as a user's FUSE mount nor below one. A FUSE mount named
 must also have requests waiting on its connection, where fusectl tells
-(/sys/fs/fuse/connections/MINOR/waiting). Everything else - a mount only in another
+(/sys/fs/fuse/connections/N/waiting, fusectl_name). Everything else - a mount only in another
 namespace, a detached mount, a place no id names, a stack that names a filesystem the
 named mount is not, a wait on a lock another task holds - is not proven, and a task
 waiting there is its job's problem: never a drain, never a reboot.
@@ -35,8 +36,9 @@ from ..core.records import dataclass, field
 from . import procfs
 from .mounts import Mount, MountTable
 
-# Prefixes of kernel symbols, per family. GPU first: the NVIDIA driver's waits are
-# built on the kernel's semaphores and would otherwise read as a lock.
+# Prefixes of kernel symbols, per family. The lock rule comes before every family
+# (attribute): a task queued on a lock, the NVIDIA driver's semaphores included, waits
+# on the task holding it, which may be stalled on anything of its user's.
 FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gpu", ("nvidia", "nv_", "_nv0", "uvm_", "os_acquire_", "nvkms", "rm_")),
     ("nfs", ("nfs", "rpc_", "__rpc_", "xprt_")),
@@ -130,18 +132,56 @@ def owner(m: Mount, task_table: MountTable, host: MountTable, uid: int) -> tuple
     return "node", None
 
 
-def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
-    """Requests waiting on a FUSE mount's connection (fusectl; its directory is named
-    for the device minor). None where fusectl is not mounted."""
+def fusectl_name(m: Mount) -> str | None:
+    """The name of a FUSE mount's connection in fusectl: the kernel's own dev_t of its
+    superblock, written whole (fs/fuse/control.c: "%u" of fc->dev, MKDEV(major, minor) =
+    major << 20 | minor). For `fuse` the major is 0 and the name is the minor; for
+    `fuseblk` (a block device's number) it is not. Not os.makedev: that is the encoding
+    of stat(2), another number."""
     try:
-        minor = int(m.dev.split(":", 1)[1])
-    except (IndexError, ValueError):
+        major, minor = (int(x) for x in m.dev.split(":", 1))
+    except ValueError:
         return None
-    data = procfs.read_small(f"{fusectl}/{minor}/waiting", size=64)
+    return str((major << 20) | minor)
+
+
+def fuse_waiting(m: Mount, fusectl: str = FUSECTL) -> int | None:
+    """Requests waiting on a FUSE mount's connection (fusectl). None where fusectl is
+    not mounted."""
+    name = fusectl_name(m)
+    if name is None:
+        return None
+    data = procfs.read_small(f"{fusectl}/{name}/waiting", size=64)
     try:
         return None if data is None else int(data)
     except ValueError:
         return None
+
+
+def fault_candidates(symbols: list[str], devs: list[str], table: MountTable) -> list[tuple[Mount | None, str]]:
+    """The places a page fault may wait on, for attribute: (mount or None, how found).
+
+    A fault has no descriptor and no path: only the devices of the task's file
+    mappings name where it may wait, and any mapping may be the one. So a mount is
+    named only when the kernel stack shows its filesystem's code (a network or FUSE
+    mount of that family), and every mapping device must be a mount of the task's own
+    table, read once (`table`): a thread waiting for a page lock
+    (folio_wait_bit_common < filemap_fault) shows no filesystem, and the device of a
+    lazily unmounted FUSE mount of the user's names no mount at all. Either proves
+    nothing (a None place), however many of the node's mounts the task also maps."""
+    fams = families(symbols) - {"gpu"}
+    if not fams:
+        return [(None, "a page fault whose kernel stack shows no filesystem: the mapping it waits on is unknown")]
+    out: list[tuple[Mount | None, str]] = []
+    for dev in devs:
+        same = table.with_dev(dev)
+        if not same:
+            out.append((None, f"a file mapping on device {dev}, a mount not in the task's table"))
+            continue
+        m = same[0]
+        if (m.is_network or m.is_fuse) and fstype_family(m) in fams:
+            out.append((m, f"a file mapping on device {dev}, {fstype_family(m)} as the kernel stack"))
+    return out
 
 
 def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], task_table: MountTable,
@@ -153,6 +193,12 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
     found = [m for m, _ in candidates if m is not None]
     place.how = [how for _, how in candidates]
     place.mount = found[0] if found else None
+    if lock_wait(symbols):
+        # Before any family: a lock of the GPU driver or of an NFS inode may be held by a
+        # task stalled on its user's own mount. The holder is diagnosed for itself.
+        place.cause = "lock"
+        place.how.append("queued on a lock: the task holding it is the one waiting")
+        return place
     if "gpu" in fams:
         place.cause = "gpu_driver"
         place.how.append("the kernel stack is in the GPU driver")
@@ -163,18 +209,15 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
         place.how.append(f"the kernel stack is in {'/'.join(sorted(node_only))}, which no user can mount")
         place.mount = next((m for m in found if fstype_family(m) in node_only), place.mount)
         return place
-    if lock_wait(symbols):
-        place.cause = "lock"
-        place.how.append("queued on a lock: the task holding it is the one waiting")
-        return place
     if not candidates:
         place.cause = "unproven" if fams else "other"
         if fams:
             place.how.append(f"the kernel stack is in {'/'.join(sorted(fams))}, but no id names the mount")
         return place
     if len(found) < len(candidates):
-        place.cause = "unproven"
-        place.how.append("a mount the task's ids name is not in its mount table (detached?)")
+        # Which of the places is the one is not known: none is named.
+        place.cause, place.mount = "unproven", None
+        place.how.append("not every place the task's ids name is a mount of its table (detached?)")
         return place
     for m in found:
         who, who_uid = owner(m, task_table, host, uid)
