@@ -119,14 +119,43 @@ def _step(runner: Runner, key: str, func, args: tuple, timeout: float) -> tuple[
     return True, "done"
 
 
-def _alive(tasks: list) -> list:
+ALIVE_TIMEOUT = 2.0
+
+
+def _present(tasks: list) -> list:
+    """The tasks whose process is still there and no zombie, by its status alone: this
+    process reads nothing else of a stuck task (a task in execve with a flush of the
+    very mount being recovered stalls every reader of its stat)."""
     left = []
     for pid, start in tasks:
-        st = procfs.read_small(f"/proc/{pid}/stat")
-        parsed = procfs.parse_stat(st) if st else None
-        if parsed is not None and parsed[2] == start and parsed[1] not in ("Z", "X"):
+        st = procfs.parse_status(procfs.read_small(f"/proc/{pid}/status") or b"")
+        if st and procfs.status_state(st) not in ("Z", "X"):
             left.append([pid, start])
     return left
+
+
+def _starts(progress, tasks: list) -> dict:
+    """In a child: each task's start time from its stat (None where it is gone)."""
+    out = {}
+    for pid, _ in tasks:
+        progress(f"pid {pid}")
+        st = procfs.read_small(f"/proc/{pid}/stat")
+        parsed = procfs.parse_stat(st) if st else None
+        out[str(pid)] = parsed[2] if parsed is not None else None
+    return out
+
+
+def _alive(tasks: list, runner: Runner | None = None) -> list:
+    """The tasks still alive: present by their status, and the same process by the start
+    time a child reads (a reused pid is another process). A stat that does not answer
+    leaves the task counted alive, as far as anyone knows."""
+    maybe = _present(tasks)
+    if not maybe:
+        return []
+    o = (runner or Runner()).run([Task("recover:alive", _starts, (maybe,), ALIVE_TIMEOUT)])["recover:alive"]
+    if o.status != DONE or not isinstance(o.value, dict):
+        return maybe
+    return [[pid, start] for pid, start in maybe if o.value.get(str(pid)) == start]
 
 
 def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outcome:
@@ -140,7 +169,7 @@ def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outco
         return out
     if m is None:
         out.steps.append(f"{r.mountpoint} (device {r.dev}) is no longer mounted: nothing to recover")
-        out.left = _alive(r.tasks)
+        out.left = _alive(r.tasks, runner)
         out.freed = len(r.tasks) - len(out.left)
         return out
     key = f"recover:{r.mountpoint}"
@@ -153,10 +182,11 @@ def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outco
     out.steps.append(f"{r.method}: {what}")
     deadline = time.monotonic() + r.wait
     everything = r.tasks + r.probes
-    left = _alive(everything)
+    left = _present(everything)
     while left and time.monotonic() < deadline:
         time.sleep(POLL)
-        left = _alive(everything)
+        left = _present(everything)
+    left = _alive(left, runner)
     out.left = left
     out.freed = len([t for t in r.tasks if t not in left])
     out.probes = len([t for t in r.probes if t not in left])

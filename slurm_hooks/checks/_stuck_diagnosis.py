@@ -352,6 +352,7 @@ class Diagnosis:
         self.proc = proc
         self.deferred: list[int] = []       # stuck processes left for the next run
         self._inspect_stuck = 0
+        self._host: MountTable | None = None
 
     def corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
         """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
@@ -449,6 +450,13 @@ class Diagnosis:
         for d in results:
             self._apply_look(d, looks.get(self._key("look", d)))
         self._read_memory_and_tables(ctx, results)
+        # The host's own table, read after the tasks' tables: a device number compared
+        # between them is never older on our side (a user's new mount on a number the
+        # node's old one had is not taken for the node's).
+        try:
+            self._host = MountTable.current()
+        except OSError:
+            self._host = ctx.mounts
         self._walk(ctx, results)
         for d in results:
             self._locate(ctx, d)
@@ -556,7 +564,7 @@ class Diagnosis:
                 # Never into a user's own mount: reaching it is the answer, and its
                 # server is theirs to stall (a walk stuck there is one reader fewer).
                 theirs = sorted(m.mount_id for m in table
-                                if waits.owner(m, table, ctx.mounts, d.sample.uid)[0] == "user")
+                                if waits.owner(m, table, self._host or ctx.mounts, d.sample.uid)[0] == "user")
                 walks.append((d, Task(self._key("walk", d), waits.walk,
                                       (d.sample.pid, self.proc, base, path, theirs),
                                       self.settings.inspect_timeout)))
@@ -593,7 +601,7 @@ class Diagnosis:
             candidates.append((table.by_id(mid) if isinstance(mid, int) else None, how))
         elif d.syscall == "page fault" and d.devs:
             candidates += waits.fault_candidates([d.wchan] + d.stack, d.devs, table)
-        place = waits.attribute([d.wchan] + d.stack, candidates, table, ctx.mounts, d.sample.uid)
+        place = waits.attribute([d.wchan] + d.stack, candidates, table, self._host or ctx.mounts, d.sample.uid)
         if d.look != "ok":
             place.how.append(f"its /proc files did not answer: {d.look}")
         if cut:

@@ -77,7 +77,8 @@ def gpu_process_owner(pid: int, job: str, node: str, proc: str = procfs.PROC) ->
         if ref.job == job:
             return "this_job", f"pid {pid} (job {ref.job})"
         return "other_job", f"pid {pid} (job {ref.job})"
-    comm = procfs.text(f"{proc}/{pid}/comm")
+    # Its name from its status, which answers for any process (host/procfs.py).
+    comm = procfs.parse_status(procfs.read_small(f"{proc}/{pid}/status") or b"").get("Name")
     if comm is not None and comm.strip() == MPS_SERVER[:15]:     # comm holds 15 characters
         return "mps_server", f"pid {pid} (MPS server)"
     return "no_job", f"pid {pid}"
