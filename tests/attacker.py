@@ -171,12 +171,12 @@ def _shadow_tool(argv: list[str], check: bool = True) -> None:
         raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
 
 
-@contextlib.contextmanager
 # What this test session made in /tmp (the users' homes must be reachable by them, so not
 # under pytest's 0700 basetemp): the session's check counts these, not another session's.
 MADE_IN_TMP: set[str] = set()
 
 
+@contextlib.contextmanager
 def unprivileged_user(name: str = USER):
     """The user for a test session (the name with this session's USER_SUFFIX); removed
     (with everything of theirs) afterwards."""
