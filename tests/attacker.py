@@ -171,6 +171,11 @@ def _shadow_tool(argv: list[str], check: bool = True) -> None:
         raise subprocess.CalledProcessError(r.returncode, argv, r.stdout, r.stderr)
 
 
+# What this test session made in /tmp (the users' homes must be reachable by them, so not
+# under pytest's 0700 basetemp): the session's check counts these, not another session's.
+MADE_IN_TMP: set[str] = set()
+
+
 @contextlib.contextmanager
 def unprivileged_user(name: str = USER):
     """The user for a test session (the name with this session's USER_SUFFIX); removed
@@ -183,6 +188,7 @@ def unprivileged_user(name: str = USER):
         _shadow_tool(["useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name])
         made = True
     base = Path(tempfile.mkdtemp(prefix="shk-sec-", dir="/tmp"))
+    MADE_IN_TMP.add(base.name)
     base.chmod(0o755)
     fuse_mode = os.stat("/dev/fuse").st_mode & 0o777 if os.path.exists("/dev/fuse") else None
     try:

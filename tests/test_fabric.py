@@ -215,8 +215,8 @@ def test_roce_port_down_when_its_netdev_loses_carrier(tmp_path, veth):
     def check():
         r = subprocess.run(["/usr/sbin/ip", "netns", "exec", ns, str(SLURM_HOOKS), "-c", str(conf),
                             "check", "fabric", "--json"], capture_output=True, text=True, timeout=30)
-        assert r.returncode in (0, 1), r.stderr
         [f] = [f for c in json.loads(r.stdout)["checks"] for f in c["findings"]]
+        assert r.returncode == (1 if f["severity"] == "fail" else 0), (r.returncode, f, r.stderr)
         return f
 
     f = check()
@@ -246,7 +246,10 @@ def test_real_rdma_ports_are_read_within_the_deadline(tmp_path):
                                     "syslog": False, "prometheus_textfile_dir": None}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "check", "fabric", "--json"], capture_output=True,
                        text=True, timeout=30)
-    findings = [f for c in json.loads(r.stdout)["checks"] for f in c["findings"]]
+    rec = json.loads(r.stdout)
+    findings = [f for c in rec["checks"] for f in c["findings"]]
+    assert r.returncode == (1 if rec["status"] == "unhealthy" else 0), (r.returncode, rec["status"], r.stderr)
+    assert [c["error"] for c in rec["checks"]] == [None], rec["checks"]
     ports = sorted(f"{d}/{p}" for d in os.listdir("/sys/class/infiniband")
                    for p in os.listdir(f"/sys/class/infiniband/{d}/ports"))
     assert sorted(f["target"] for f in findings) == ports
@@ -273,7 +276,12 @@ def test_alerts_port_down_flapping_and_errors_rising(tmp_path):
     assert [s.value for s in node.last("slurm_hooks_fabric_port_up") if s.labels["device"] == "mlx5_1"] == [0]
     errors = {s.labels["counter"]: s.value for s in node.last("slurm_hooks_fabric_port_errors_total")
               if s.labels["device"] == "mlx5_2"}
-    assert errors["symbol_error"] == 500 and errors["link_downed"] == 0
+    # Every error counter of the port, each as read: only the one that rose is not 0.
+    assert errors == {"symbol_error": 500, "link_error_recovery": 0, "link_downed": 0, "port_rcv_errors": 0,
+                      "port_rcv_remote_physical_errors": 0, "port_rcv_switch_relay_errors": 0,
+                      "port_xmit_discards": 0, "port_xmit_constraint_errors": 0, "port_rcv_constraint_errors": 0,
+                      "local_link_integrity_errors": 0, "excessive_buffer_overrun_errors": 0,
+                      "VL15_dropped": 0}, errors
     history = [(m, snap) for m, snap in enumerate(node.snapshots)]
     port = {"node": "f1", "instance": "f1:9100", "job": "node"}
     assert port == scrape_labels("f1")

@@ -234,16 +234,21 @@ def test_a_healthy_run_imports_none_of_the_heavy_modules(tmp_path):
     cfg.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "j.jsonl"),
                                    "filesystems": [{"path": str(tmp_path / "fs")}, {"path": "/dev/shm"}],
                                    "prometheus_textfile_dir": str(tmp_path / "prom")}))
-    code = ("import sys\n"
+    # What the run imports, not what the interpreter had before it: an editable install's
+    # import hook (a .pth file) loads `re` and `enum` at startup, before any of ours.
+    code = ("import sys\nbefore = set(sys.modules)\n"
             "from slurm_hooks import cli\nfrom slurm_hooks.core import config\n"
             # the validated-configuration cache in a scratch directory, not the host's /run
             f"config.load.__defaults__ = ({str(tmp_path / 'cache')!r}, None, None, None)\n"
             "rc = cli.healthcheck_main() if sys.argv[1] == 'real' else cli.main(['healthcheck', '--dry-run'])\n"
-            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules), rc, file=sys.stderr)\n")
+            f"print(sorted(m for m in {HEAVY!r} if m in sys.modules and m not in before), rc, file=sys.stderr)\n")
     env = {"SLURMD_NODENAME": "testnode", "SLURM_HOOKS_CONFIG": str(cfg)}
-    subprocess.run([sys.executable, "-I", "-c", code, "real"], env=env, capture_output=True, timeout=60)  # cache
+    # A node of its own: in a PID namespace, another test's task in D elsewhere on this
+    # host is not seen (a task in D is a reason to import the diagnosis).
+    alone = ["/usr/bin/unshare", "--pid", "--fork", "--mount-proc"]
+    subprocess.run([*alone, sys.executable, "-I", "-c", code, "real"], env=env, capture_output=True, timeout=60)
     for how in ("real", "dry"):
-        r = subprocess.run([sys.executable, "-I", "-c", code, how], env=env, capture_output=True, text=True,
+        r = subprocess.run([*alone, sys.executable, "-I", "-c", code, how], env=env, capture_output=True, text=True,
                            timeout=60)
         assert "result: HEALTHY" in r.stdout, (r.stdout, r.stderr)
         assert r.stderr.strip().splitlines()[-1] == "[] 0", (how, r.stderr)

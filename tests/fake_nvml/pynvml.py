@@ -240,7 +240,8 @@ def nvmlDeviceGetHandleByIndex(i):
 
 
 def nvmlDeviceGetPciInfo(h):
-    return _Obj(busId=_call("nvmlDeviceGetPciInfo", h)["pci"].encode())
+    # nvidia-ml-py decodes a structure's char arrays (_PrintableStructure.__getattribute__): text.
+    return _Obj(busId=_call("nvmlDeviceGetPciInfo", h)["pci"])
 
 
 def nvmlDeviceGetUUID(h):
