@@ -126,7 +126,8 @@ def test_another_mount_now_at_the_mountpoint_is_not_the_one_to_recover(tmp_path,
     (fusectl / "51").mkdir(parents=True)
     r = Recovery(mountpoint="/shared", dev="0:50", method="fuse-abort", probe="/shared")
     out = recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok"), fusectl=str(fusectl))
-    assert (out.recovered, out.steps) == (False, ["/shared (device 0:50) is no longer mounted: nothing to recover"])
+    assert (out.recovered, out.steps) == (
+        False, ["refused: /shared is device 0:51, not 0:50 the stuck tasks were proven to wait on"])
     assert not (fusectl / "50" / "abort").exists() and not (fusectl / "51" / "abort").exists()
 
 
@@ -144,17 +145,18 @@ def test_a_pid_reused_by_another_process_is_not_a_task_left_behind(tmp_path, mon
 
 
 # --- site checks: a symlinked drop-in, what a JSON line may set ------------------------------
-def test_a_symlinked_site_check_whose_target_directory_others_may_write_is_refused(tmp_path):
+def test_a_symlinked_site_check_whose_target_directory_others_may_write_is_refused(tmp_path, root_only_dir):
     """The file is root's and 0755, but its directory is world-writable: anyone could put
-    another file in its place, so it is refused and never run."""
-    loose = tmp_path / "loose"
+    another file in its place, so it is refused and never run. (Under a directory that is
+    root's all the way from /: pytest's tmp_path lies under /tmp, refused by itself.)"""
+    loose = root_only_dir / "loose"
     loose.mkdir()
     os.chmod(loose, 0o777)
     marks = tmp_path / "ran"
     target = loose / "probe"
     target.write_text(f"#!/bin/sh\n: > {marks}\necho fine\n")
     os.chmod(target, 0o755)
-    d = tmp_path / "checks.d"
+    d = root_only_dir / "checks.d"
     d.mkdir(mode=0o755)
     (d / "linked").symlink_to(target)
     conf = tmp_path / "c.yaml"
@@ -167,8 +169,7 @@ def test_a_symlinked_site_check_whose_target_directory_others_may_write_is_refus
     rec = run_record(conf, "check", "site", env={"PATH": "/usr/bin:/bin"}, check="site")
     [f] = rec["findings"]
     assert (f["target"], f["status"], f["severity"]) == ("linked", "refused", "warn"), f
-    assert f["summary"] == (f"site check linked refused: the directory of its target {target} is "
-                            "world-writable (mode 0777)"), f
+    assert f["summary"] == f"site check linked refused: {loose} is world-writable (mode 0777)", f
     assert not marks.exists()
 
 
