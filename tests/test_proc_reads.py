@@ -225,7 +225,7 @@ def test_an_epoll_whose_mutex_is_held_never_puts_a_reader_of_ours_in_d(user, tmp
     # No reader of ours went into D on the epoll's mutex.
     assert not [k for k in stuck_children(tmp_path) if k.startswith("stuck_tasks:")], stuck_children(tmp_path)
     again, took = healthcheck(config)
-    assert took < 3 and not stuck_children(tmp_path), "a later run stalls on nothing"
+    assert took < 10 and not stuck_children(tmp_path), "a later run stalls on nothing"
 
 
 MANY_MOUNTS = """
