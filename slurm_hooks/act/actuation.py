@@ -343,6 +343,14 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
                                     code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
             continue
         r = a.recovery
+        waiting = [j for j in r.jobs if not _job_handled(ledger, j)]
+        if waiting:
+            # Jobs first: the abort or force-unmount fails every call it frees, and a
+            # job whose task dies of it before Slurm requeued it ends FAILED.
+            out.append(ActionResult(a, Outcome.FAILED, f"not started: job {', '.join(waiting)} has a task waiting on "
+                                    f"{r.mountpoint} and was not requeued or ended yet; the next run recovers",
+                                    retry=False, code=Code.JOBS_FIRST))
+            continue
         # Inside the run's action deadline (slurmd kills the health check at 60 s): a
         # recovery that cannot fit is left whole for the next run, never cut short.
         need = 4 * r.timeout + r.wait      # method, detach, remount, probe: each its deadline
@@ -375,6 +383,12 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
             follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))
         out += execute(follow, slurm, cfg.reason_prefix, dry_run, ledger)
     return out
+
+
+def _job_handled(ledger: dict, job: str) -> bool:
+    """A requeue or cancel of the job was done (or found it not requeueable), in this run
+    or an earlier one: the ledger's job actions are keyed KIND:JOB:INCIDENT."""
+    return any(k.startswith((f"requeue:{job}:", f"cancel:{job}:")) for k in ledger)
 
 
 def _probe(runner, r, node: str) -> tuple[bool, str]:

@@ -649,7 +649,8 @@ class Diagnosis:
             where += f" (a {kind} of uid {d.mount_owner}" + (", the task's own user)" if mine else ")")
         elif d.cause not in waits.NODE_CAUSES:
             where += f" (not the node's: {CAUSE_LABEL[d.cause]})"
-        summary = f"{who}pid {s.pid}{threads} {held} in {call}{where}"
+        asleep = " (asleep, S)" if s.state == "S" else ""
+        summary = f"{who}pid {s.pid}{threads} {held}{asleep} in {call}{where}"
         # The node reason must be stable across runs (no duration) and short, with "stuck"
         # in the 20 columns `sinfo -R` shows: the pid comes last.
         short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
@@ -659,7 +660,7 @@ class Diagnosis:
         evidence = {
             "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
             "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,
-            "start_ticks": s.start, "comm": s.comm, "uid": s.uid, "seconds": round(d.seconds, 1),
+            "start_ticks": s.start, "comm": s.comm, "uid": s.uid, "state": s.state, "seconds": round(d.seconds, 1),
             "d_seconds": round(d_seconds, 1), "d_at_least": not exact,
             "syscall": d.syscall, "syscall_nr": d.syscall_nr, "fd": d.fd, "file": d.file,
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,

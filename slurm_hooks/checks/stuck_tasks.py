@@ -49,7 +49,7 @@ from ..core.config import setting, switch
 from ..core.model import OK, STUCK_TASK, WARN, Finding
 from ..core.records import dataclass
 from ..host import procfs
-from ..host.runner import DONE, Task
+from ..host.runner import DONE, HUNG, STILL_HUNG, Task
 
 if TYPE_CHECKING:
     from ..core.config import Config
@@ -246,7 +246,9 @@ class StuckTasksCheck:
         self._seen_at = min((row[7] for row in found if len(row) >= 8), default=time.monotonic())
         self._seen_wall = time.time() - (time.monotonic() - self._seen_at)
         previous = ctx.state.load(STATE)
-        if not self._seen and not previous:
+        # A mount's own probe hung: its callers may be asleep (S) rather than in D.
+        probe_hung = any(k.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG) for k, o in outcomes.items())
+        if not self._seen and not previous and not probe_hung:
             if self._scan_note:
                 ctx.notes.append(self._scan_note)
             return stalls
@@ -284,10 +286,14 @@ class StuckTasksCheck:
             ctx.notes.append(f"{len(diagnosis.deferred)} more stuck processes are diagnosed in the next runs "
                              f"(pids {', '.join(map(str, diagnosis.deferred[:8]))}"
                              f"{' ...' if len(diagnosis.deferred) > 8 else ''})")
-        hung = diagnosis.hung_probes(ctx, outcomes) if watching else {}
+        hung = diagnosis.hung_probes(ctx, outcomes) if watching or probe_hung else {}
         if hung:
-            watching = diagnosis.corroborated(ctx, watching, hung, kernel, out)
+            watching = diagnosis.corroborated(ctx, watching + self._fs_sleepers(ctx, cfg, outcomes), hung,
+                                              kernel, out)
         for b, held in watching:
+            if b.state != "D":
+                continue          # asleep, and not proven to wait on the hung mount: nothing
+
             ref = diagnosis.ref(b.pid, b.uid)
             if ref is not None and not ref.belongs_to(ctx.node):
                 continue
@@ -318,6 +324,38 @@ class StuckTasksCheck:
             b = procfs.status_sample(a.pid, a.tid, a.start, self.proc)
             if b is not None and b.state == "D":
                 out.append((a, b))
+        return out
+
+    def _fs_sleepers(self, ctx: Context, cfg: StuckTasksConfig, outcomes: dict) -> list[tuple]:
+        """Threads asleep (S) in a filesystem's wait, looked for only while a mount's probe
+        hangs: FUSE waits interruptibly once INIT is answered (a FUSE network client's
+        reader), NFS, Lustre and CephFS often do. Each is sampled twice, `sample_window`
+        apart; one whose switch counts did not move is handed to the corroboration, which
+        keeps it only where the kernel's ids prove it waits on the hung probe's mount."""
+        from ..host import waits
+        key = f"{NAME}:scan-s"
+        o = ctx.runner.run([Task(key, waits.scan_fs_waits, (self.proc, frozenset(self._stalls)), cfg.scan_timeout)])[key]
+        if o.status != DONE or not isinstance(o.value, list):
+            self._scan_note = f"the scan for tasks asleep on a filesystem did not finish: {o.status}"
+            return []
+        ours = _own_children(ctx)
+        mine = {x.pid for x in outcomes.values() if x.pid} | ctx.runner.running() | {o.pid}
+        first = []
+        for row in o.value:
+            pid, tid, _comm, _state, start = row[:5]
+            if (pid, start) in ours or pid in mine:
+                continue
+            s = procfs.status_sample(pid, tid, start, self.proc)
+            if s is not None and s.state == "S":
+                first.append(s)
+        if not first:
+            return []
+        time.sleep(cfg.sample_window)
+        out = []
+        for a in first:
+            b = procfs.status_sample(a.pid, a.tid, a.start, self.proc)
+            if b is not None and b.state in ("S", "D") and b.switches == a.switches:
+                out.append((b, cfg.sample_window))
         return out
 
     def _stall_findings(self, ctx: Context) -> list[Finding]:

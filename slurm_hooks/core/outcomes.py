@@ -63,6 +63,7 @@ class Code(str, Enum):
     JOB_RUNNING = "job_running"            # reboot: nothing has ended the stuck task's job yet
     RECOVERED = "recovered"                # recover: tasks freed, mount back, probe passes
     NOT_RECOVERED = "not_recovered"        # recover: tried; tasks survived or the probe fails
+    JOBS_FIRST = "jobs_first"              # recover: a job with a task on the mount is not requeued or ended yet
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
 
     def __str__(self) -> str:

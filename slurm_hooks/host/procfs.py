@@ -101,7 +101,7 @@ def parse_status(data: bytes) -> dict[str, str]:
 
 
 def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
-              skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
+              skip: frozenset[int] | set[int] = frozenset(), keep=None) -> list[list]:
     """Every thread of the given processes whose state is in `states`.
 
     Returns [pid, tid, comm, state, start, voluntary, involuntary, when] lists
@@ -114,7 +114,8 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
     scan is dominated by the kernel's per-file cost.
 
     The processes in `skip` stalled an earlier scan's read of their stat: their threads
-    are seen through `status`, which does not block, with start time -1.
+    are seen through `status`, which does not block, with start time -1. `keep(pid,
+    tid)`, when given, must also say yes (before the thread's status is read).
     """
     found: list[list] = []
     for pid in pids:
@@ -130,7 +131,7 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
         except (IndexError, ValueError):
             threads = 0
         if threads == 1:
-            if data[close + 2:close + 3] in states:
+            if data[close + 2:close + 3] in states and (keep is None or keep(pid, pid)):
                 _found(found, pid, pid, data, proc)
             continue
         try:
@@ -154,7 +155,7 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
                 finally:
                     os.close(fd)
                 close = data.rfind(b")")
-                if data[close + 2:close + 3] in states:
+                if data[close + 2:close + 3] in states and (keep is None or keep(pid, tid)):
                     _found(found, pid, tid, data, proc)
         finally:
             os.close(tfd)

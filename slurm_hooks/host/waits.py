@@ -313,6 +313,25 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
     return {"mnt_id": _mnt_of(cur), "end": "found"}
 
 
+# Families whose waits are a filesystem's: a thread asleep (S) in one of them, while a
+# mount's own probe hangs, may be waiting on that mount (FUSE waits interruptibly once
+# INIT is answered; NFS, Lustre and CephFS often do).
+FS_FAMILIES = frozenset({"fuse", "nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph"})
+
+
+def scan_fs_waits(progress, proc: str = procfs.PROC, skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
+    """Runs in a hang-safe child, only while a mount is suspect: every thread asleep (S)
+    whose wait channel is a filesystem's, as procfs.scan_pids rows. Reading the wait
+    channel of every sleeping thread costs too much for a healthy run; `skip`: the
+    processes whose stat stalls a scan (their wait channel would too)."""
+    def fs_wait(pid, tid) -> bool:
+        wchan = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
+        return bool(families([wchan]) & FS_FAMILIES)
+
+    pids = [p for p in procfs.list_pids(proc) if not (skip and int(p) in skip)]
+    return procfs.scan_pids(pids, proc, states=b"S", keep=fs_wait)
+
+
 def hung_at(step: str) -> int | None:
     """The mount id a walk that never returned was looking in (its last step)."""
     if step.startswith("mnt "):
