@@ -343,7 +343,8 @@ def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, le
                                     code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
             continue
         r = a.recovery
-        waiting = [j for j in r.jobs if not _job_handled(ledger, j)]
+        # (actions.requeue_job off: the site lets such jobs end as they end.)
+        waiting = [j for j in r.jobs if cfg.actions.requeue_job and not _job_handled(ledger, j)]
         if waiting:
             # Jobs first: the abort or force-unmount fails every call it frees, and a
             # job whose task dies of it before Slurm requeued it ends FAILED.
