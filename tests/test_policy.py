@@ -293,8 +293,9 @@ def test_the_cause_goes_only_where_the_comment_is_empty_or_ours():
         slurm = _Recorder("IDLE", "", comment)
         [r] = execute([drain], slurm, "slurm-hooks:", dry_run=False)
         assert r.outcome == "done" and [c[0] for c in slurm.calls] == [want], (comment, slurm.calls)
-    # Our resume empties our cause in the same update; an admin's Comment stays.
-    for comment, want in ((ours_cause, ("release", "n1", "UNDRAIN")), ("ticket 4711", ("undrain", "n1"))):
+    # Our resume empties our cause in the same update (the Comment left: nothing else was
+    # in it); an admin's Comment stays.
+    for comment, want in ((ours_cause, ("release", "n1", "UNDRAIN", "")), ("ticket 4711", ("undrain", "n1"))):
         slurm = _Recorder("IDLE+DRAIN", drain.reason, comment)
         [r] = execute([Action("resume", node="n1")], slurm, "slurm-hooks:", dry_run=False)
         assert r.outcome == "done" and slurm.calls == [want], (comment, slurm.calls)
