@@ -32,6 +32,8 @@ TAKEN_OVER = ("/etc/slurm-hooks", "/var/lib/slurm-hooks", "/var/log/slurm-hooks"
               "/usr/local/share/bash-completion/completions/slurm-hooks")
 # root's PATH on Debian: the installed programs, not this suite's virtual environment.
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# An ordinary user's (Debian's /etc/profile).
+USER_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"
 # The suite itself: run, it would run this test again.
 THE_SUITE = "bash tests/run.sh"
 
@@ -43,9 +45,12 @@ def taken_over():
     if installed("slurm-hooks"):
         pytest.fail("a slurm-hooks package is installed here: apt-get purge slurm-hooks first")
     tag = f".newcomer-{os.getpid()}"
+    # Bind mounts of the same filesystem have its device number: mountinfo says, not ismount().
+    with open("/proc/self/mountinfo") as f:
+        mount_points = {line.split()[4] for line in f}
     moved, private = [], []
     for p in TAKEN_OVER:
-        if os.path.ismount(p):
+        if p in mount_points:
             # A private path of a namespaced session (tests/namespaced.py): the session's
             # own, empty at its start; it cannot be moved, and need not be.
             private.append(p)
@@ -113,6 +118,7 @@ def test_the_first_hour_as_written_from_install_to_undo(tmp_path, taken_over, ne
     the PATH every user has."""
     from attacker import unprivileged_user
     from sshd import Sshd
+    from test_security import readable_by_users
     cluster = newcomers_cluster
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
@@ -131,9 +137,10 @@ def test_the_first_hour_as_written_from_install_to_undo(tmp_path, taken_over, ne
     ran: list[str] = []
     try:
         with unprivileged_user("shk-newcomer") as user:
-            user_env = user.env(SLURM_CONF=str(cluster.conf_path))
+            user_env = user.env(PATH=USER_PATH, SLURM_CONF=str(cluster.conf_path))
 
             def as_user(command: str) -> subprocess.CompletedProcess:
+                readable_by_users(cluster)          # slurm.conf readable, as /etc/slurm is on a node
                 return user.run("bash", "-c", command, env={**user_env, "SLURMD_NODENAME": "q1"}, check=False,
                                 timeout=60)
 
@@ -170,8 +177,13 @@ def test_the_first_hour_as_written_from_install_to_undo(tmp_path, taken_over, ne
                     assert r.returncode == 0, out
                     shown = cluster.scontrol("show", "config").stdout
                     assert re.search(r"^HealthCheckProgram\s*= /usr/local/sbin/slurm-hooks-healthcheck$", shown, re.M)
-                    # A job to look at later, on both nodes.
-                    job = cluster.sbatch("-N2", "-w", "q1,q2", script="srun sleep 600\n")
+                    # An ordinary user's job on both nodes, to look at later: root reaches
+                    # it only over ssh (Slurm creates no step of root's in another's job).
+                    script = user.write("job.sh", "#!/bin/sh\nsrun sleep 600\n", 0o755)
+                    readable_by_users(cluster)
+                    r = user.run(cluster.binary("sbatch"), "--parsable", "-N2", "-w", "q1,q2", "--chdir", user.home,
+                                 "-o", user.home / "job.out", script, env=user_env)
+                    job = int(r.stdout.strip().split(";")[0])
                     cluster.wait_for(lambda: cluster.job_state(job) == "RUNNING", 30, what=f"job {job} running")
                 elif what == "slurm-hooks healthcheck":
                     assert r.returncode in (0, 1), out
