@@ -29,11 +29,11 @@ def test_shipped_file_is_the_builtin_defaults():
 
 def test_every_setting_is_documented_in_shipped_file_and_readme():
     conf_text = (ROOT / "conf" / "slurm-hooks.yaml").read_text()
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "configuration.md").read_text()
     for key, f in iter_settings():
         leaf = key.split(".")[-1].replace("[]", "")
         assert re.search(rf"\b{leaf}\b", conf_text), f"{key} not in conf/slurm-hooks.yaml"
-        assert f"`{key}`" in readme, f"{key} not documented in README.md"
+        assert f"`{key}`" in readme, f"{key} not documented in docs/configuration.md"
 
 
 def test_negative_timeout_names_file_line_and_key(tmp_path):

@@ -80,10 +80,12 @@ WIRING = {"HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "
 def test_quick_start_makes_the_first_runs_report_only(tmp_path):
     """The quick start's commands, as written, turn report_only on before the first run,
     and the slurm.conf lines it and the example give live only wire the programs in."""
-    quick = _section((ROOT / "README.md").read_text(), "Quick start")
-    commands = [line.strip() for block in _code_blocks(quick) for line in block.splitlines()
+    readme = (ROOT / "README.md").read_text()
+    quick = "".join(_section(readme, title) for title in ("Install", "Hook into slurm.conf", "The first hour"))
+    commands = [line.strip().removeprefix("$ ") for block in _code_blocks(quick) for line in block.splitlines()
                 if line.strip() and not line.lstrip().startswith("#")]
-    first_run = next(i for i, c in enumerate(commands) if c.startswith("slurm-hooks healthcheck"))
+    first_run = next(i for i, c in enumerate(commands)
+                     if re.match(r"slurm-hooks( \S+)* healthcheck", c) and "--dry-run" not in c)
     edits = [c for c in commands[:first_run] if "/etc/slurm-hooks/slurm-hooks.yaml" in c]
     assert edits, f"no step before the first run makes it report-only: {commands}"
     conf = tmp_path / "slurm-hooks.yaml"
@@ -268,7 +270,7 @@ def test_man_pages_name_the_layout_they_were_built_for(tmp_path):
     # install.sh builds them for its own layout and puts the programs on root's PATH.
     script = (ROOT / "packaging/install.sh").read_text()
     assert '--bindir "${SBINDIR:-$prefix/bin}"' in script and 'ln -sfn "$prefix/bin/$name" "$sbindir/$name"' in script
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "metrics.md").read_text()
     assert "a file for the\n  Prometheus server, not the nodes" in readme
     assert "Grafana\n  server, not the nodes" in readme
 

@@ -231,12 +231,12 @@ def test_lost_gpu_with_its_xid_is_one_line(nvml):
 
 def test_readme_xid_table_is_the_code_table():
     from slurm_hooks.host import xid
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "gpu.md").read_text()
     for cls in (xid.DRAIN, xid.RECORD, xid.WARN):
         row = next(line for line in text.splitlines() if line.startswith(f"| `{cls}` |"))
         listed = {int(n) for n in row.split("|")[2].split("(")[0].replace(",", " ").split()}
         assert listed == {n for n, entry in xid.TABLE.items() if entry.cls == cls}, cls
-    # The source of the classes is named, in the README and in the code that holds them.
+    # The source of the classes is named, in docs/gpu.md and in the code that holds them.
     source = "docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
     assert source in text.replace("\n", " ") and source in xid.__doc__.replace("\n", " ")
 

@@ -1,8 +1,10 @@
-"""The README cannot go stale: its shell commands parse with the real CLI, its output
-blocks marked `<!-- output: tests/test_readme.py::NAME -->` are what test NAME gets
-from the real CLI, its YAML blocks load with the real configuration loader, the
-configuration reference lists exactly the keys the loader knows, the commands table
-names exactly each command's flags, and every link to a heading finds one."""
+"""The README and the reference in docs/ cannot go stale: their shell commands parse
+with the real CLI, their output blocks marked `<!-- output: tests/test_readme.py::NAME -->`
+are what test NAME gets from the real CLI, their YAML blocks load with the real
+configuration loader, the configuration reference (docs/configuration.md) lists exactly
+the keys the loader knows, the commands table (docs/commands.md) names exactly each
+command's flags, the metrics reference (docs/metrics.md) exactly the series and outcomes
+the code writes, and every link to a heading, in the same file or another, finds one."""
 from __future__ import annotations
 
 import argparse
@@ -17,6 +19,11 @@ from helpers import ROOT, SLURM_HOOKS
 from slurm_hooks import cli
 
 README = (ROOT / "README.md").read_text()
+# The reference the README links to, one page a subject.
+REFERENCE = ("install", "commands", "configuration", "filesystem", "stuck-tasks", "gpu", "fabric", "memory",
+             "site-checks", "recovery", "metrics", "operations", "security")
+PAGES = {"README.md": README, **{f"docs/{n}.md": (ROOT / "docs" / f"{n}.md").read_text() for n in REFERENCE}}
+ALL = "\n".join(PAGES.values())
 FENCE = re.compile(r"^( *)```([a-z]*)\n(.*?)^\1```", re.S | re.M)
 
 
@@ -47,6 +54,10 @@ def blocks(text: str = README) -> list[tuple[str, str, int]]:
 
 def section(title: str, text: str = README) -> str:
     return text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def page(name: str) -> str:
+    return PAGES[f"docs/{name}.md"]
 
 
 def shell_lines(body: str) -> list[str]:
@@ -87,7 +98,7 @@ def slurm_hooks_invocations(command: str) -> list[list[str]]:
 def test_every_slurm_hooks_command_shown_parses_with_the_real_cli():
     parser = cli.build_parser()
     seen = []
-    for info, body, _ in blocks():
+    for info, body, _ in blocks(ALL):
         if info not in ("", "sh", "console") or is_slurm_conf(body):
             continue
         for command in shell_lines(body):
@@ -95,10 +106,10 @@ def test_every_slurm_hooks_command_shown_parses_with_the_real_cli():
                 try:
                     parser.parse_args(argv[1:])
                 except SystemExit as e:
-                    pytest.fail(f"README shows `{command}`, which slurm-hooks does not accept (exit {e.code})")
+                    pytest.fail(f"the docs show `{command}`, which slurm-hooks does not accept (exit {e.code})")
                 seen.append(argv[1])
     # The quick start's own: the first run, the report-only runs, reading them back.
-    assert {"healthcheck", "config", "explain"} <= set(seen), seen
+    assert {"healthcheck", "config", "explain", "status", "diagnose", "resume"} <= set(seen), seen
 
 
 def _subparsers(parser) -> dict[str, argparse.ArgumentParser]:
@@ -129,7 +140,7 @@ def test_the_commands_table_names_each_commands_flags_as_the_cli_has_them():
     """`job-report --no-stacks` when the CLI has `--stacks/--no-stacks`, a `check` without
     its `--dry-run`: the table says what the parser accepts, no more, no less."""
     subs = _subparsers(cli.build_parser())
-    rows = re.findall(r"^\| `slurm-hooks ([a-z-]+(?: [a-z]+)?)([^`]*)`", section("Commands"), re.M)
+    rows = re.findall(r"^\| `slurm-hooks ([a-z-]+(?: [a-z]+)?)([^`]*)`", page("commands"), re.M)
     assert rows
     for name, synopsis in rows:
         name = name if name in subs else name.split()[0]
@@ -150,11 +161,11 @@ def normalise(text: str) -> list[str]:
 def output_blocks(name: str) -> list[str]:
     marker = f"<!-- output: tests/test_readme.py::{name} -->\n"
     found = []
-    for _, body, start in blocks():
-        before = README[:start]
-        if before.endswith(marker):
-            found.append(body)
-    assert found, f"no README block is marked {marker.strip()}"
+    for text in PAGES.values():
+        for _, body, start in blocks(text):
+            if text[:start].rstrip(" ").endswith(marker):
+                found.append(body)
+    assert found, f"no block of the README or docs/ is marked {marker.strip()}"
     return found
 
 
@@ -208,7 +219,7 @@ def test_every_yaml_block_loads_with_the_real_loader(tmp_path):
     config = config_module()
     top = {key for key, _ in config.iter_settings() if "." not in key and "[" not in key}
     loaded = 0
-    for info, body, _ in blocks():
+    for info, body, _ in blocks(ALL):
         try:
             doc = yaml.safe_load(body)
         except yaml.YAMLError:
@@ -227,7 +238,7 @@ def test_every_yaml_block_loads_with_the_real_loader(tmp_path):
 
 def _reference_keys() -> set[str]:
     keys = set()
-    for row in re.findall(r"^\| (`[^|]+`) \|", section("Configuration"), re.M):
+    for row in re.findall(r"^\| (`[^|]+`) \|", page("configuration"), re.M):
         keys |= set(re.findall(r"`([^`]+)`", row))
     return keys
 
@@ -238,12 +249,12 @@ def test_the_configuration_reference_lists_exactly_the_loaders_keys():
     every row is a key the loader knows."""
     known = {key for key, _ in config_module().iter_settings()}
     listed = _reference_keys()
-    assert sorted(known - listed) == [], "settings without a row in the README's Configuration table"
+    assert sorted(known - listed) == [], "settings without a row in docs/configuration.md's table"
     assert sorted(listed - known) == [], "rows of the Configuration table the loader does not know"
 
 
 def test_reason_delay_names_each_hooks_own_generic_reason():
-    row = next(line for line in section("Configuration").splitlines() if line.startswith("| `prolog.reason_delay`"))
+    row = next(line for line in page("configuration").splitlines() if line.startswith("| `prolog.reason_delay`"))
     assert "`Prolog error`" in row and "`Epilog error`" in row, row
     doc = dict(config_module().iter_settings())["epilog.reason_delay"].metadata["doc"]
     assert "Epilog error" in doc, doc
@@ -253,24 +264,39 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def _headings(path) -> set[str]:
+    return {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", path.read_text()), re.M)}
+
+
 def test_every_link_to_a_heading_finds_one():
-    prose = FENCE.sub("", README)
-    slugs = {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", prose, re.M)}
-    links = re.findall(r"\]\(#([^)]+)\)", prose)
-    assert links and sorted({x for x in links if x not in slugs}) == []
-    for path in re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", prose):
-        assert (ROOT / path).is_file(), path
+    """In the README and every page of docs/: `[x](#a)` names a heading of the same file,
+    `[x](other.md#a)` one of that file (relative to the linking file), `[x](other.md)` a file."""
+    checked = 0
+    for path in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "SECURITY.md"):
+        prose = FENCE.sub("", path.read_text())
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md|)(?:#([^)]+))?\)", prose):
+            where = (path.parent / target).resolve() if target else path
+            assert where.is_file(), f"{path.relative_to(ROOT)}: link to {target}: no such file"
+            if anchor:
+                assert anchor in _headings(where), f"{path.relative_to(ROOT)}: link to {target}#{anchor}: no such heading"
+            checked += 1
+    assert checked > 50, checked
 
 
-def test_the_guide_comes_first_and_the_contents_list_every_section():
+def test_the_readme_is_the_front_door_and_links_every_reference_page():
+    """What it does, install, hook into slurm.conf, the first hour, Undo; the reference in
+    docs/, each page linked from the README."""
     heads = re.findall(r"^## (.+)$", FENCE.sub("", README), re.M)
-    guide = ["Contents", "What it is", "Quick start (fresh Debian machine, as root)", "Install", "Requirements",
-             "Wire it in, report-only", "Read what it would do", "Turn actions on", "Operate", "Undo", "Reference"]
-    assert heads[:len(guide)] == guide, heads
-    assert heads.index("Configuration") > heads.index("Commands") > heads.index("Reference")
+    assert heads == ["Contents", "What it is", "Install", "Hook into slurm.conf", "The first hour", "Undo",
+                     "Reference", "Contributing"], heads
+    assert len(README.splitlines()) <= 310, len(README.splitlines())
     contents = section("Contents")
     for h in heads[1:]:
         assert f"[{h}](#{_slug(h)})" in contents, h
+    reference = section("Reference")
+    for name in REFERENCE:
+        assert f"](docs/{name}.md)" in reference, name
+    assert "](SECURITY.md)" in reference or "](../SECURITY.md)" in page("security")
     # Contributors' material lives in docs/; the README keeps the one test command.
     assert "## Design" not in README and "### Data model" not in README
     assert (ROOT / "docs/design.md").read_text().startswith("## Design")
@@ -278,12 +304,65 @@ def test_the_guide_comes_first_and_the_contents_list_every_section():
     assert "bash tests/run.sh" in section("Contributing") and "docs/testing.md" in section("Contributing")
 
 
+def _table(text: str, title: str) -> list[list[str]]:
+    """The rows of the first table from `title` on (a heading, or the table's own header
+    row), header left out, cells stripped."""
+    after = text[text.index(title):]
+    out, started = [], False
+    for ln in after.splitlines():
+        if ln.strip().startswith("|"):
+            started = True
+            cells = [c.strip() for c in ln.strip().strip("|").split("|")]
+            if not set("".join(cells)) <= set("-: "):
+                out.append(cells)
+        elif started:
+            break
+    assert len(out) > 1, title
+    return out[1:]
+
+
+def test_the_metrics_reference_lists_every_series_and_outcome_the_code_writes():
+    """docs/metrics.md's series table is the code's list (the run's own series and every
+    check's `series`), and its outcomes table is core/outcomes.py's Outcome with the words
+    the report prints (RESULT): a series or outcome added to the code without a row fails."""
+    from slurm_hooks.core.outcomes import RESULT, SPOOLED, Outcome
+    from slurm_hooks.sinks.metrics import help_table
+    metrics = page("metrics")
+    listed = {re.match(r"`(slurm_hooks_\w+)\{", row[0]).group(1) for row in _table(metrics, "| series | meaning |")}
+    assert listed == set(help_table()), (sorted(set(help_table()) - listed), sorted(listed - set(help_table())))
+    outcomes = {row[0].strip("`"): row[1] for row in _table(metrics, "## Outcomes")}
+    assert set(outcomes) == {o.value for o in Outcome}, outcomes
+    for value, word in RESULT.items():
+        assert word.split()[0] in outcomes[value], (value, word, outcomes[value])
+    assert SPOOLED in outcomes["failed"]
+    for word in (*RESULT.values(), SPOOLED):
+        assert f"`{word}`" in section("Outcomes", metrics), word
+    # The memory check's series are also named where the memory check is described.
+    from slurm_hooks.checks import check_class
+    for name in check_class("memory").series:
+        assert name in page("memory"), name
+
+
+def test_the_readme_says_when_the_first_health_check_comes():
+    """slurmd runs its first health check when its timer fires, up to HealthCheckInterval
+    after `scontrol reconfigure`: a new admin who waits for it should know."""
+    hook = " ".join(section("Hook into slurm.conf").split())
+    assert "up to `HealthCheckInterval`" in hook and "after the reconfigure" in hook, hook
+
+
+def undo_loop() -> str:
+    """The shell loop that resumes every node whose reason is ours, with Slurm's commands alone."""
+    alone = section("Undo with Slurm's commands alone", page("operations"))
+    return next(c for _, body, _ in blocks(alone) for c in shell_lines(body) if c.startswith("sinfo"))
+
+
 def test_undo_says_how_to_remove_each_install_and_resume_only_our_drains():
     undo = section("Undo")
     for how in ("packaging/install.sh", "apt-get purge slurm-hooks", "dnf remove slurm-hooks",
-                "pip uninstall slurm-hooks", "scontrol reconfigure", "state=resume", "sinfo",
-                "/var/lib/slurm-hooks", "/var/log/slurm-hooks", "/etc/slurm-hooks", "/run/slurm-hooks"):
+                "pip uninstall slurm-hooks", "scontrol reconfigure", "slurm-hooks resume --all",
+                "/var/lib/slurm-hooks", "/var/log/slurm-hooks", "/etc/slurm-hooks", "/run/slurm-hooks",
+                "docs/operations.md#undo-with-slurms-commands-alone"):
         assert how in undo, how
-    loop = next(c for _, body, _ in blocks(undo) for c in shell_lines(body) if c.startswith("sinfo"))
+    loop = undo_loop()
     # Ours: the mark at the end (Slurm's reboot notes aside), or an older release's prefix.
     assert "\\[slurm-hooks\\]" in loop and "/^slurm-hooks:/" in loop and "state=resume" in loop, loop

@@ -1,5 +1,5 @@
 """Node reasons as Slurm's own tools print them: the key words in the 20 columns
-`sinfo -R` shows, our mark at the end, the cause in the Comment; and README.md shows
+`sinfo -R` shows, our mark at the end, the cause in the Comment; and docs/operations.md shows
 exactly that output (times normalised), so the example cannot go stale."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def _normalised(text: str) -> str:
 
 
 def _readme_example() -> str:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "operations.md").read_text()
     after = text.split(README_BLOCK, 1)[1]
     return after.split("```\n", 1)[1].split("```", 1)[0]
 
@@ -56,4 +56,4 @@ def test_sinfo_and_scontrol_show_our_reasons_as_the_readme_says(clean_cluster):
     show = cluster.scontrol("show", "node", "n1").stdout
     shown = "\n".join(ln for ln in show.splitlines() if re.match(r"\s*(Reason|Comment)=", ln))
     real = _normalised(f"$ sinfo -R\n{sinfo}$ scontrol show node n1 | grep -E 'Reason|Comment'\n{shown}\n")
-    assert _readme_example() == real, f"README.md's example differs from what Slurm {cluster.version} prints:\n{real}"
+    assert _readme_example() == real, f"docs/operations.md's example differs from what Slurm {cluster.version} prints:\n{real}"

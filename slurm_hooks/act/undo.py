@@ -1,4 +1,4 @@
-"""`slurm-hooks resume`: the README's Undo, done by slurm-hooks itself.
+"""`slurm-hooks resume`: the README's Undo (step 2), done by slurm-hooks itself.
 
 Gives back the nodes slurm-hooks took out of service (its reason, or DOWN after its own
 reboot) and takes its cause out of each node's Comment, leaving whatever an admin wrote

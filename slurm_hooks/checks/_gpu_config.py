@@ -56,6 +56,6 @@ class GpuConfig:
     xid_actions: dict = setting({}, kind="map", key_kind="int",
                                 value={"kind": "enum", "choices": ("drain", "record", "warn")},
                                 doc="Override the class of an Xid: {79: drain, 13: record, 43: warn}. "
-                                "Defaults: README, section Xid table.")
+                                "Defaults: docs/gpu.md, Xid table.")
     idle: GpuIdleConfig = setting(kind="section", cls=GpuIdleConfig,
                                   doc="GPUs idle while the rest of their job is busy.")

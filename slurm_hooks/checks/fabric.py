@@ -92,7 +92,7 @@ class FabricConfig:
                                value={"kind": "int", "min": 1},
                                doc="Growth of an error counter within error_window that warns, per "
                                "counter: {symbol_error: 10}. Counters not named keep their default; "
-                               "defaults: README, section fabric check.")
+                               "defaults: docs/fabric.md.")
 
     def validate(self, v, node, prefix: str) -> None:
         """Rules that span several settings (the loader calls it with itself as v)."""

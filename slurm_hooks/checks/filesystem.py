@@ -91,8 +91,7 @@ class FilesystemConfig:
     required: bool = setting(True, kind="bool",
                              doc="A failure drains the node (true) or is only reported (false).")
     recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
-                                     doc="Recovery without a reboot (opt-in): README, \"Recovery "
-                                     "without a reboot\".")
+                                     doc="Recovery without a reboot (opt-in): docs/recovery.md.")
 
     def validate(self, v, node, prefix: str) -> None:
         """Rules that span several settings (the loader calls it with itself as v)."""

@@ -3,7 +3,7 @@
 The driver logs `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen
 off the bus.`, and on a MIG GPU `NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...` (the GPU
 instance). An Xid names the GPU by PCI address, so events are attached to the GPU with
-that bus id. What an Xid calls for is a table (data, not code), documented in the README
+that bus id. What an Xid calls for is a table (data, not code), documented in docs/gpu.md
 and overridable in `gpu.xid_actions`:
 
   drain   the GPU needs a reset or the node a reboot before it can run work again: take
