@@ -37,7 +37,7 @@ MODULES: dict[str, list[str]] = {
     "slurm_hooks/decide/policy.py": ["tests/test_policy.py", "tests/test_decisions.py", "tests/test_recovery.py"],
     "slurm_hooks/decide/breaker.py": ["tests/test_policy.py", "tests/test_decisions.py"],
     "slurm_hooks/decide/correlate.py": ["tests/test_policy.py", "tests/test_decisions.py"],
-    "slurm_hooks/act/recovery.py": ["tests/test_promises.py", "tests/test_recovery.py"],
+    "slurm_hooks/act/recovery.py": ["tests/test_recovery_steps.py", "tests/test_promises.py", "tests/test_recovery.py"],
     "slurm_hooks/checks/site.py": ["tests/test_promises.py", "tests/test_site_checks.py"],
     "slurm_hooks/core/model.py": ["tests/test_model.py", "tests/test_promises.py", "tests/test_outcomes.py",
                                   "tests/test_policy.py", "tests/test_decisions.py"],
