@@ -323,7 +323,13 @@ def test_a_node_whose_collector_hangs_is_reported_and_the_command_ends_on_time(c
     assert took < 5 + 2, took
     assert r.returncode == 1
     assert "n3 did not answer within 5 s" in r.stdout, r.stdout
-    assert "rank 0 on n1 (1 of 3)" in r.stdout or "rank 0 on n1 " in r.stdout.splitlines()[1]
+    # n3's rank is not counted (nothing came back from it); rank 0 waits for "go" in its
+    # sleep, rank 1 spins in the allreduce: two groups, rank 0's first, n3 named last.
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"job {job}: 3 nodes (2 answered), 2 ranks, "), lines[0]
+    assert lines[1].startswith("  rank 0 on n1 is waiting in clock_nanosleep() "), lines[1]
+    assert lines[1].endswith("; n3 did not answer within 5 s"), lines[1]
+    assert " 1. rank 0 on n1 (1 of 2): waiting in clock_nanosleep() " in r.stdout, r.stdout
 
 
 def test_without_root_ssh_the_report_says_so_and_how_to_enable_it(clean_cluster, owner, shared_fs, sshd, tmp_path):

@@ -237,12 +237,14 @@ def test_the_fan_outs_answers_keep_one_line_per_asked_node():
         json.dumps({"node": "n2", "rc": None, "timed_out": True, "stdout": "", "stderr": "e"}),
         json.dumps({"node": "n3", "rc": "255", "timed_out": 0, "stdout": 5}),
         json.dumps({"rc": 0}),
+        json.dumps({"node": "n4"}),
     ]
     got = parse_answers("\n".join(lines) + "\n", ["n1", "n2", "n3", "n4"])
     assert got == {
         "n1": NodeAnswer("n1", rc=0, timed_out=False, stdout="first", stderr=""),
         "n2": NodeAnswer("n2", rc=None, timed_out=True, stdout="", stderr="e"),
         "n3": NodeAnswer("n3", rc=None, timed_out=False, stdout="5", stderr=""),
+        "n4": NodeAnswer("n4", rc=None, timed_out=False, stdout="", stderr=""),
     }
     assert parse_answers("", ["n1"]) == {}
 

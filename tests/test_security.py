@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from attacker import PY, unprivileged_user
-from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, poll
+from helpers import ROOT, SLURM_HOOKS, KernelLog, gpu, ours, poll
 from mounts_fixtures import start_fuse
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -710,7 +710,13 @@ def test_a_link_that_does_lead_to_the_nodes_hung_mount_drains_and_requeues(clean
     assert (ev["mountpoint"], ev["cause"], f["severity"]) == (str(sys_hung.path), "shared_filesystem", "fail"), ev
     kinds = {a["kind"]: a["outcome"] for a in rec["actions"]}
     assert kinds.get("drain") == "done" and kinds.get("requeue") == "done", rec["actions"]
-    assert str(sys_hung.path) in cluster.show_node("n1")["Reason"] or "node-link" in cluster.show_node("n1")["Reason"]
+    # The path is the task's own (for people: its link), the mount the one the walk
+    # proved, in the summary; the node's reason is the finding's, with our mark.
+    assert f"on {mallory.home}/node-link ({ev['fstype']} {sys_hung.path})" in f["summary"], f["summary"]
+    want = f"job {job} stuck in openat() on {mallory.home}/node-link ({ev['fstype']}), pid {pid}"
+    assert f["reason"] == want, f["reason"]
+    reason = cluster.show_node("n1")["Reason"]
+    assert ours(reason, want), reason
 
 
 # --- site checks: a path only root can have made -----------------------------------------------

@@ -1,0 +1,83 @@
+"""What a recovery says of each step (act/recovery.py), for the journal and the job's
+comment: a site command's placeholders, a step that fails or hangs, a remount after
+which nothing is mounted, and the summary's words. The site commands are real programs
+run by the hang-safe runner; the mount table is the one the recovery reads."""
+from __future__ import annotations
+
+import time
+
+from slurm_hooks.act import recovery
+from slurm_hooks.core.model import Recovery
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+from slurm_hooks.host.runner import Runner
+
+ROOT_LINE = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+SHARED = "41 1 0:51 / /shared rw - nfs4 srv:/export rw\n"
+
+
+def tables(monkeypatch, *present: bool) -> list:
+    """MountTable.current() answers these in turn: /shared mounted or not (then the last, on)."""
+    answers = list(present)
+    seen: list = []
+
+    def current(cls):
+        here = answers.pop(0) if len(answers) > 1 else answers[0]
+        seen.append(here)
+        return MountTable(parse_mountinfo(ROOT_LINE + (SHARED if here else "")))
+    monkeypatch.setattr(MountTable, "current", classmethod(current))
+    return seen
+
+
+def recover(tmp_path, **kw):
+    r = Recovery(**{"mountpoint": "/shared", "dev": "0:51", "method": "command", "wait": 0.2, "timeout": 5, **kw})
+    return r, recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok in 0.01s"))
+
+
+def test_a_site_command_gets_the_mountpoint_and_the_source(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    out_file = tmp_path / "said"
+    r, out = recover(tmp_path, command=["/bin/sh", "-c", f"echo \"$0 $1\" > {out_file}", "{mountpoint}", "{source}"])
+    assert out_file.read_text() == "/shared srv:/export\n"
+    assert (out.recovered, out.steps) == (True, ["command: done", "probe: ok in 0.01s"])
+
+
+def test_a_failing_step_says_its_status_and_output(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    r, out = recover(tmp_path, command=["/bin/sh", "-c", "echo '  no such export  '; exit 3"])
+    # Said, though what decides is what follows: the tasks gone and the probe passing.
+    assert out.steps == ["command: exit 3: no such export", "probe: ok in 0.01s"]
+
+
+def test_a_step_that_hangs_is_cut_at_its_deadline_and_named(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    t0 = time.monotonic()
+    r, out = recover(tmp_path, command=["/bin/sleep", "30"], timeout=0.5)
+    assert time.monotonic() - t0 < 10
+    assert out.steps[0] == "command: hung at sleep: no answer within 0.5s", out.steps
+
+
+def test_a_remount_that_mounts_nothing_is_not_a_recovery(tmp_path, monkeypatch):
+    seen = tables(monkeypatch, True, False, False)
+    r, out = recover(tmp_path, command=["/bin/true"], remount=["/bin/true"])
+    assert (out.recovered, out.steps) == (False, ["command: done", "remount: done, but nothing is mounted at /shared"])
+    assert seen == [True, False, False]
+
+
+def test_umount_is_looked_for_where_distributions_put_it(monkeypatch, tmp_path):
+    first, second = tmp_path / "usr-umount", tmp_path / "umount"
+    monkeypatch.setattr(recovery, "UMOUNT", (str(first), str(second)))
+    assert recovery._umount() == str(first)           # neither there: the first, for the error
+    second.touch()
+    assert recovery._umount() == str(second)
+
+
+def test_the_summary_counts_tasks_and_probes():
+    r = Recovery(mountpoint="/shared", method="fuse-abort")
+    assert recovery.Outcome(recovered=True, freed=1).summary(r) == \
+        "recovered without reboot (fuse-abort /shared, 1 task freed)"
+    assert recovery.Outcome(recovered=True, freed=2, probes=1).summary(r) == \
+        "recovered without reboot (fuse-abort /shared, 2 tasks freed, 1 stuck probe gone)"
+    assert recovery.Outcome(recovered=True, freed=0, probes=2).summary(r) == \
+        "recovered without reboot (fuse-abort /shared, 0 tasks freed, 2 stuck probes gone)"
+    assert recovery.Outcome(steps=["a", "b"]).summary(r) == "recovery tried (fuse-abort /shared): a; b"

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Mutation testing of the modules that decide, one module at a time, each against its
+own fast tests (mutmut 3.8). A mutant that survives and is not listed, with a reason, in
+tools/mutation-survivors.txt fails the run.
+
+    tools/mutation.sh                      every deciding module
+    tools/mutation.sh MODULE.py ...        those modules
+    tools/mutation.sh --changed BASE       the deciding modules changed since BASE's merge base
+    tools/mutation.sh --list-changed BASE  only name them (CI's guard)
+
+Each module is mutated in a scratch copy (.mutation/NAME/: the package, the tests and a
+setup.cfg whose [mutmut] section names the module and its tests), so runs never share a
+`mutants/` tree and the checkout is never touched. Only tests that run our code in the
+test's own process can kill a mutant: a test that runs the installed program in a child
+imports the unmutated package.
+"""
+from __future__ import annotations
+
+import argparse
+import configparser
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SURVIVORS = ROOT / "tools" / "mutation-survivors.txt"
+WORK = ROOT / ".mutation"
+
+# The deciding modules and the fast tests that run them in process.
+MODULES: dict[str, list[str]] = {
+    "slurm_hooks/host/waits.py": ["tests/test_promises.py", "tests/test_waits.py", "tests/test_stuck_tasks.py"],
+    "slurm_hooks/checks/_stuck_diagnosis.py": ["tests/test_promises.py", "tests/test_stuck_tasks.py",
+                                               "tests/test_waits.py"],
+    "slurm_hooks/decide/policy.py": ["tests/test_policy.py", "tests/test_decisions.py", "tests/test_recovery.py"],
+    "slurm_hooks/decide/breaker.py": ["tests/test_policy.py", "tests/test_decisions.py"],
+    "slurm_hooks/decide/correlate.py": ["tests/test_policy.py", "tests/test_decisions.py"],
+    "slurm_hooks/act/recovery.py": ["tests/test_recovery_steps.py", "tests/test_promises.py", "tests/test_recovery.py"],
+    "slurm_hooks/checks/site.py": ["tests/test_promises.py", "tests/test_site_checks.py"],
+    "slurm_hooks/core/model.py": ["tests/test_model.py", "tests/test_promises.py", "tests/test_outcomes.py",
+                                  "tests/test_policy.py", "tests/test_decisions.py"],
+    # The fan-out's parser alone: the driver runs in a child (ClusterShell).
+    "slurm_hooks/views/fanout.py": ["tests/test_promises.py", "tests/test_diagnose.py"],
+}
+# Mutants of functions outside these are not made (mutmut's names: module.x_function).
+ONLY = {"slurm_hooks/views/fanout.py": ["x_parse_answers"]}
+
+LINE = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+): (?P<status>[\w ]+?)\s*$")
+
+
+def listed() -> dict[str, str]:
+    """mutant name -> the reason it stays (tools/mutation-survivors.txt: `NAME  # reason`)."""
+    out = {}
+    if SURVIVORS.exists():
+        for ln in SURVIVORS.read_text().splitlines():
+            if ln.strip() and not ln.lstrip().startswith("#"):
+                name, _, why = ln.partition("#")
+                out[name.strip()] = why.strip()
+    return out
+
+
+def changed(base: str) -> list[str]:
+    merge = subprocess.run(["git", "merge-base", base, "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    names = subprocess.run(["git", "diff", "--name-only", merge, "--", *MODULES], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    return [n for n in names if n in MODULES and (ROOT / n).exists()]
+
+
+def scratch(module: str) -> Path:
+    work = WORK / module.replace("/", "_").removesuffix(".py")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    # The checkout as git sees it (tests read the docs, the README, conf/).
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src, dst = ROOT / name, work / name
+        if src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst, follow_symlinks=False)
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    keep = configparser.ConfigParser()
+    keep["tool:pytest"] = dict(cfg["tool:pytest"])
+    keep["mutmut"] = dict(cfg["mutmut"])
+    keep["mutmut"]["only_mutate"] = "\n" + module
+    keep["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(MODULES[module])
+    with open(work / "setup.cfg", "w") as f:
+        keep.write(f)
+    return work
+
+
+def run(module: str, mutmut: str) -> dict:
+    work = scratch(module)
+    dotted = module.removesuffix(".py").replace("/", ".")
+    names = [f"{dotted}.{fn}__mutmut_*" for fn in ONLY.get(module, [])]
+    t0 = time.monotonic()
+    r = subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    res = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
+    status: dict[str, str] = {}
+    for ln in res.stdout.splitlines():
+        m = LINE.match(ln)
+        if m and m["name"].startswith(dotted + ".") and (not names or any(
+                m["name"].startswith(n.removesuffix("*")) for n in names)):
+            status[m["name"]] = m["status"]
+    if r.returncode != 0 or not status or any(v == "not checked" for v in status.values()):
+        sys.exit(f"mutmut failed on {module} (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+    return {"module": module, "seconds": took, "status": status, "work": work}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("modules", nargs="*")
+    p.add_argument("--changed", metavar="BASE")
+    p.add_argument("--list-changed", metavar="BASE")
+    p.add_argument("--mutmut", default=str(Path(sys.executable).parent / "mutmut"))
+    a = p.parse_args(argv)
+    if a.list_changed:
+        print("\n".join(changed(a.list_changed)))
+        return 0
+    modules = changed(a.changed) if a.changed else (a.modules or list(MODULES))
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        sys.exit(f"not a deciding module: {', '.join(unknown)} (tools/mutation.py MODULES names them)")
+    known = listed()
+    new: list[str] = []
+    for module in modules:
+        out = run(module, a.mutmut)
+        counts: dict[str, int] = {}
+        for s in out["status"].values():
+            counts[s] = counts.get(s, 0) + 1
+        survivors = sorted(n for n, s in out["status"].items() if s not in ("killed", "timeout", "segfault"))
+        unexplained = [n for n in survivors if n not in known]
+        explained = len(survivors) - len(unexplained)
+        print(f"{module}: {len(out['status'])} mutants, {counts.get('killed', 0) + counts.get('timeout', 0)} killed, "
+              f"{explained} listed as equivalent, {len(unexplained)} unexplained "
+              f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) in {out['seconds']:.0f}s")
+        for n in unexplained:
+            print(f"  survivor: {n}  (see: cd {out['work']} && {a.mutmut} show {n})")
+        new += unexplained
+    if new:
+        print(f"{len(new)} surviving mutant(s) not in {SURVIVORS.relative_to(ROOT)}: add a test that kills "
+              "each, or list it there with the reason it is equivalent.")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
