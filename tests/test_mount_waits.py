@@ -136,3 +136,36 @@ def test_no_recovery_before_the_jobs_waiting_on_the_mount_are_requeued(tmp_path)
     ledger = {"requeue:7:n1:1:1": {"done": time.time(), "seen": time.time(), "ended": True}}
     [res] = actuation._recover(cfg, "n1", [a], None, state, ledger, False, False, {})
     assert res.code != Code.JOBS_FIRST, res
+
+
+OPEN_UNDER = """
+import sys
+open(sys.argv[1] + "/ckpt/model.pt", "rb")
+"""
+
+
+def test_nothing_of_ours_walks_into_a_mount_whose_probe_hangs(reader, tmp_path):
+    """A mount that hangs for good (its callers unkillable): its probe's child stays stuck,
+    once. The walk that places a stuck task's path stops at the hung mount, where it would
+    only leave one more child of ours stuck; run after run, the only child of ours stuck
+    is the probe's."""
+    m = start_fuse(reader.base / f"gpfs-{time.monotonic_ns()}", "stuck")
+    try:
+        victim = reader.python(OPEN_UNDER, m.path)
+        poll(lambda: state_of(victim.pid) == "D", 10, what="the task in D on the hung mount")
+        config = configure(tmp_path, Path(m.path))
+        doc = yaml.safe_load(config.read_text())
+        doc["stuck_tasks"]["grace"] = 0.5
+        config.write_text(yaml.safe_dump(doc))
+        found = []
+        for _ in range(4):
+            rec = healthcheck(config)
+            found = [f for f in rec["findings"] if f["evidence"].get("pid") == victim.pid and f["status"] == "stuck"]
+            registry = json.loads((tmp_path / "state" / "n1" / "stuck-children.json").read_text())
+            assert sorted(registry) == [f"filesystem:{m.path}"], registry
+        [f] = found
+        ev = f["evidence"]
+        assert (ev["mountpoint"], ev["cause"], ev["syscall"]) == (str(m.path), "shared_filesystem", "openat"), ev
+        assert any("hung mount" in h for h in ev["attribution"]), ev["attribution"]
+    finally:
+        m.close()

@@ -353,11 +353,13 @@ class Diagnosis:
         self.deferred: list[int] = []       # stuck processes left for the next run
         self._inspect_stuck = 0
         self._host: MountTable | None = None
+        self.hung_devs: set[str] = set()    # devices of the mounts whose probe hangs in this run
 
     def corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
         """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
         own probe hung in this run, needs no long grace: two witnesses agree. Its
         finding goes to `out`; the tasks still only watched are returned."""
+        self.hung_devs |= set(hung)
         pending: dict[int, list] = {}
         for b, held in watching:
             pending.setdefault(b.pid, []).append((b, held))
@@ -565,8 +567,10 @@ class Diagnosis:
                 # server is theirs to stall (a walk stuck there is one reader fewer).
                 theirs = sorted(m.mount_id for m in table
                                 if waits.owner(m, table, self._host or ctx.mounts, d.sample.uid)[0] == "user")
+                # Nor into a mount whose probe hangs: reaching it is the answer there too.
+                hung = sorted(m.mount_id for m in table if m.dev and m.dev in self.hung_devs)
                 walks.append((d, Task(self._key("walk", d), waits.walk,
-                                      (d.sample.pid, self.proc, base, path, theirs),
+                                      (d.sample.pid, self.proc, base, path, theirs, hung),
                                       self.settings.inspect_timeout)))
             else:
                 d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"

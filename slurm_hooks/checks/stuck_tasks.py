@@ -278,6 +278,9 @@ class StuckTasksCheck:
             ctx.state.save(STATE, state)
 
         out = stalls
+        if probe_hung:
+            # No walk of a stuck task's path goes into a mount whose probe hangs.
+            diagnosis.hung_devs = set(diagnosis.hung_probes(ctx, outcomes))
         for d in diagnosis.diagnose(ctx, stuck, kernel):
             f = diagnosis.finding(ctx, d)
             if f is not None:

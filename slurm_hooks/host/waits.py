@@ -254,7 +254,8 @@ def _mnt_of(fd: int) -> int | None:
     return procfs.mnt_id(os.getpid(), fd, "/proc")
 
 
-def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = ()) -> dict:
+def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = (),
+         hung: list | tuple = ()) -> dict:
     """Runs in a hang-safe child: resolves `path` as the task would, from its root (an
     absolute path) or from `start` ("cwd" or "fd/N"), and returns the mount id of what
     it reaches ({"mnt_id", "end": found | missing | loop | error}).
@@ -263,8 +264,10 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
     lookup the child reports `mnt N` for the directory it looks in: if the lookup never
     returns, the runner's last step names the mount that does not answer. A directory
     on a mount in `stop` (the user's own) ends the walk there: the place is found, and
-    nothing of theirs is looked into."""
-    stops = set(stop)
+    nothing of theirs is looked into. So does one on a mount in `hung` (whose probe is
+    past its deadline): a lookup there would only leave one more child of ours stuck
+    on it."""
+    stops, hangs = set(stop), set(hung)
     root = os.open(f"{proc}/{pid}/root", _PATH | os.O_DIRECTORY)
     cur = os.dup(root) if path.startswith("/") else os.open(f"{proc}/{pid}/{start}", _PATH)
     parts = path.split("/")
@@ -278,6 +281,8 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
         here = _mnt_of(cur)
         if here in stops:
             return {"mnt_id": here, "end": "user mount"}
+        if here in hangs:
+            return {"mnt_id": here, "end": "hung mount"}
         progress(f"mnt {here}")
         if name == ".." and above:
             os.close(cur)
