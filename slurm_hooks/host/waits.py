@@ -322,6 +322,7 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
 # mount's own probe hangs, may be waiting on that mount (FUSE waits interruptibly once
 # INIT is answered; NFS, Lustre and CephFS often do).
 FS_FAMILIES = frozenset({"fuse", "nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph"})
+SERVER_WAITS = ("fuse_dev_",)
 
 
 def scan_fs_waits(progress, proc: str = procfs.PROC, skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
@@ -331,7 +332,9 @@ def scan_fs_waits(progress, proc: str = procfs.PROC, skip: frozenset[int] | set[
     processes whose stat stalls a scan (their wait channel would too)."""
     def fs_wait(pid, tid) -> bool:
         wchan = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
-        return bool(families([wchan]) & FS_FAMILIES)
+        # A FUSE server waiting for the next request (fuse_dev_do_read) serves the mount;
+        # it does not wait on it.
+        return not wchan.startswith(SERVER_WAITS) and bool(families([wchan]) & FS_FAMILIES)
 
     pids = [p for p in procfs.list_pids(proc) if not (skip and int(p) in skip)]
     return procfs.scan_pids(pids, proc, states=b"S", keep=fs_wait)
