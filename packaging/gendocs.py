@@ -449,8 +449,9 @@ def manpage_config() -> str:
         ".ad l",            # paths of a long install prefix leave nothing to justify
         ".TP", _b(config.DEFAULT_PATH), roff("The configuration."),
         ".TP", _path(LAYOUT["docdir"] + "/"),
-        roff("README.md and an annotated slurm.conf excerpt; the packaged default configuration "
-             "has every setting, commented."),
+        roff("README.md, the reference it links to (docs/: configuration, each check, recovery, "
+             "metrics, operations, security) and an annotated slurm.conf excerpt; the packaged default "
+             "configuration has every setting, commented."),
         ".TP", _b(d.state_dir), roff("Default state_dir."),
         ".SH SEE ALSO",
         roff("slurm-hooks(8), slurm.conf(5)"),

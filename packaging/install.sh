@@ -74,6 +74,9 @@ install -m 0644 "$docs/slurm-hooks.bash-completion" "$completionsdir/slurm-hooks
 install -D -m 0644 "$here/packaging/prometheus/slurm-hooks-rules.yml" "$prefix/share/slurm-hooks/prometheus/slurm-hooks-rules.yml"
 install -D -m 0644 "$here/packaging/grafana/slurm-hooks.json" "$prefix/share/slurm-hooks/grafana/slurm-hooks.json"
 install -D -m 0644 "$here/README.md" "$prefix/share/doc/slurm-hooks/README.md"
+install -D -m 0644 "$here/SECURITY.md" "$prefix/share/doc/slurm-hooks/SECURITY.md"
+install -d -m 0755 "$prefix/share/doc/slurm-hooks/docs"
+install -m 0644 "$here"/docs/*.md "$prefix/share/doc/slurm-hooks/docs/"
 install -D -m 0644 "$here/packaging/slurm.conf.example" "$prefix/share/doc/slurm-hooks/slurm.conf.example"
 if [ -n "$sbindir" ]; then
     install -d -m 0755 "$sbindir"

@@ -19,8 +19,9 @@ Produces, under DIR (PREFIX is /usr by default):
     PREFIX/share/bash-completion/completions/slurm-hooks
     etc/slurm-hooks/slurm-hooks.yaml           the default configuration
     etc/logrotate.d/slurm-hooks
-    PREFIX/share/doc/slurm-hooks/              README.md, BENCHMARKS.md, slurm.conf.example,
-                                               nvidia-ml-py.LICENSE
+    PREFIX/share/doc/slurm-hooks/              README.md, BENCHMARKS.md, SECURITY.md,
+                                               slurm.conf.example, nvidia-ml-py.LICENSE,
+                                               docs/*.md (the reference the README links to)
     var/lib/slurm-hooks (0700), var/log/slurm-hooks (0750)
 
 The man pages and the completion are generated here (packaging/gendocs.py) from the
@@ -57,7 +58,9 @@ ENTRY_POINTS = {  # keep in step with setup.cfg [options.entry_points]
     "slurm-hooks-prolog": "prolog_main",
     "slurm-hooks-epilog": "epilog_main",
 }
-DOCS = ("README.md", "BENCHMARKS.md", "packaging/slurm.conf.example")
+DOCS = ("README.md", "BENCHMARKS.md", "SECURITY.md", "packaging/slurm.conf.example")
+# The reference the README links to, kept at the same relative place (docs/NAME.md).
+REFERENCE = "docs"
 # What admins wire into their own tools, installed beside the code.
 MONITORING = {"prometheus/slurm-hooks-rules.yml": "packaging/prometheus/slurm-hooks-rules.yml",
               "grafana/slurm-hooks.json": "packaging/grafana/slurm-hooks.json"}
@@ -255,6 +258,10 @@ def stage(root: str, pynvml: str | None, pynvml_ver: str | None, prefix: str, py
     s.mkdir(docdir)
     for doc in DOCS:
         s.copy(os.path.join(SRC, doc), s.path(docdir, os.path.basename(doc)))
+    s.mkdir(docdir, REFERENCE)
+    for page in sorted(os.listdir(os.path.join(SRC, REFERENCE))):
+        if page.endswith(".md"):
+            s.copy(os.path.join(SRC, REFERENCE, page), s.path(docdir, REFERENCE, page))
     notice = (f"nvidia-ml-py {pynvml_ver} ({PYNVML_URL}), NVIDIA's Python bindings for NVML,\n"
               f"is bundled unmodified as {libdir}/pynvml.py (Debian and EL do not package it).\n"
               "License: BSD-3-Clause\n\n" + license_text(pynvml))

@@ -182,7 +182,10 @@ def test_deb_contents(deb):
     for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml",
               "/etc/logrotate.d/slurm-hooks", "/usr/share/doc/slurm-hooks/copyright",
               "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE",
-              "/usr/share/doc/slurm-hooks/slurm.conf.example"):
+              "/usr/share/doc/slurm-hooks/slurm.conf.example",
+              # The README and the reference it links to, by the names its links use.
+              "/usr/share/doc/slurm-hooks/README.md", "/usr/share/doc/slurm-hooks/docs/configuration.md",
+              "/usr/share/doc/slurm-hooks/SECURITY.md"):
         assert files.get(f) == "-rw-r--r--", (f, files.get(f))
     for f in ADMIN_FILES:
         assert files.get(f) == "-rw-r--r--", (f, files.get(f))
@@ -473,7 +476,8 @@ def test_rpm_metadata(rpm):
     assert listing.get("/usr/bin/slurm-hooks", "").startswith("l"), "slurm-hooks on every user's PATH"
     for f in ("/usr/share/slurm-hooks/pynvml.py", "/etc/slurm-hooks/slurm-hooks.yaml", "/etc/logrotate.d/slurm-hooks",
               "/usr/share/doc/slurm-hooks/README.md", "/usr/share/doc/slurm-hooks/slurm.conf.example",
-              "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE"):
+              "/usr/share/doc/slurm-hooks/nvidia-ml-py.LICENSE", "/usr/share/doc/slurm-hooks/docs/configuration.md",
+              "/usr/share/doc/slurm-hooks/SECURITY.md"):
         assert listing.get(f) == "-rw-r--r--", (f, listing.get(f))
     for f in ADMIN_FILES:
         assert listing.get(f) == "-rw-r--r--", (f, listing.get(f))

@@ -142,6 +142,9 @@ def test_the_commands_table_names_each_commands_flags_as_the_cli_has_them():
     subs = _subparsers(cli.build_parser())
     rows = re.findall(r"^\| `slurm-hooks ([a-z-]+(?: [a-z]+)?)([^`]*)`", page("commands"), re.M)
     assert rows
+    named = {n if n in subs else n.split()[0] for n, _ in rows}
+    parents = {n.split()[0] for n in subs if " " in n}
+    assert sorted(set(subs) - parents - named) == [], "commands without a row in docs/commands.md"
     for name, synopsis in rows:
         name = name if name in subs else name.split()[0]
         if name not in subs:
@@ -341,6 +344,14 @@ def test_the_metrics_reference_lists_every_series_and_outcome_the_code_writes():
     from slurm_hooks.checks import check_class
     for name in check_class("memory").series:
         assert name in page("memory"), name
+
+
+def test_the_alerts_table_names_every_alerting_rule_shipped():
+    rules = yaml.safe_load((ROOT / "packaging/prometheus/slurm-hooks-rules.yml").read_text())
+    shipped = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    listed = {name for row in _table(page("metrics"), "| alert | fires when |")
+              for name in re.findall(r"`(SlurmHooks\w+)`", row[0])}
+    assert listed == shipped, (sorted(shipped - listed), sorted(listed - shipped))
 
 
 def test_the_readme_says_when_the_first_health_check_comes():
