@@ -11,6 +11,10 @@ What would let two sessions see each other is made private to each:
   (under PRIVATE_DIR) bound over each path in PRIVATE: its own /tmp (pytest's basetemp,
   and what the leftovers check watches), its own munged socket, and slurm-hooks' own
   host paths.
+- what others left mounted where the session looks (detach_others): every mount below
+  those paths and every FUSE mount present at the start (a test's server that died
+  leaves its mount behind), lazily unmounted in the session's namespace alone, so the
+  default probes discover only the session's own mounts.
 
 Shared on purpose: the cgroup hierarchies (Slurm locks its cgroup roots with flock, and
 the job ids of the two clusters differ), the users (tests/attacker.py takes a suffix
@@ -29,6 +33,7 @@ command's status. The host's mount points must exist (tests/run.sh makes them fi
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -84,7 +89,37 @@ def bind_back(handles: dict[Path, int]) -> None:
         os.close(fd)
 
 
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def detach_others() -> list[str]:
+    """Lazily unmount, in this namespace only (its propagation is private), what other
+    sessions or earlier runs left mounted where this session looks: every mount below a
+    path made private here, and every FUSE mount (a test's server that died leaves its
+    mount behind, answering ENOTCONN). Default probes discover network and FUSE mounts
+    from the mount table: another's would fail this session's healthy runs."""
+    points = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split(" ")
+            try:
+                fstype = parts[parts.index("-", 6) + 1]
+            except (ValueError, IndexError):
+                continue
+            point = _unescape(parts[4])
+            below = any(point.startswith(p.rstrip("/") + "/") for p in PRIVATE)
+            if below or fstype == "fuse" or fstype.startswith(("fuse.", "fuseblk")):
+                points.append(point)
+    gone = []
+    for point in sorted(set(points), key=len, reverse=True):
+        if subprocess.run(["umount", "-l", point], capture_output=True).returncode == 0:
+            gone.append(point)
+    return gone
+
+
 def bind_private(root: Path) -> None:
+    detach_others()
     for path in PRIVATE:
         own = private_dir(root, path)
         own.mkdir(parents=True, exist_ok=True)
