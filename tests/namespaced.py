@@ -170,7 +170,25 @@ def init(root: Path, argv: list[str]) -> int:
             return code if code >= 0 else 128 - code
 
 
+def detached(args: list[str]) -> int:
+    """`--detached -- COMMAND...`: the command in a mount namespace of its own (no PID
+    namespace, no private paths), where what others left mounted is detached
+    (detach_others): for the tests that take over the host's own paths, which must see
+    the host, not another session's FUSE mounts."""
+    if args[:1] == ["--inside"]:
+        detach_others()
+        os.execvp(args[2], args[2:])
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    if unshare is None:
+        sys.exit("namespaced.py: unshare(1) is missing (util-linux)")
+    os.execv(unshare, [unshare, "--mount", "--propagation", "private", sys.executable,
+                       os.path.abspath(__file__), "--detached", "--inside", *args])
+    return 0
+
+
 def main(args: list[str]) -> int:
+    if args[:1] == ["--detached"]:
+        return detached(args[1:])
     inside = args[:1] == ["--init"]
     if inside:
         args = args[1:]

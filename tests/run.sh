@@ -138,7 +138,10 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     # own paths, where the sessions had their private copies mounted.
     echo "=== the tests that take over slurm-hooks' host paths (the packages installed) ==="
     rc=0
-    .venv/bin/python -m pytest --host-paths=only -p no:cacheprovider "$@" || rc=$?
+    # In a mount namespace of their own, without what other sessions or earlier runs left
+    # mounted (a default health check probes every FUSE mount it finds).
+    .venv/bin/python tests/namespaced.py --detached -- \
+        .venv/bin/python -m pytest --host-paths=only -p no:cacheprovider "$@" || rc=$?
     [ $rc -eq 5 ] && rc=0
     [ $status -ne 0 ] || status=$rc
     for d in "${made[@]}"; do rmdir "$d" 2>/dev/null || true; done
