@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -51,7 +52,8 @@ LINE = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+): (?P<status>[\w ]+?)\s*$")
 
 
 def listed() -> dict[str, str]:
-    """mutant name -> the reason it stays (tools/mutation-survivors.txt: `NAME  # reason`)."""
+    """mutant name or pattern -> the reason it stays (tools/mutation-survivors.txt:
+    `NAME  # reason`)."""
     out = {}
     if SURVIVORS.exists():
         for ln in SURVIVORS.read_text().splitlines():
@@ -59,6 +61,13 @@ def listed() -> dict[str, str]:
                 name, _, why = ln.partition("#")
                 out[name.strip()] = why.strip()
     return out
+
+
+def reason(known: dict[str, str], name: str) -> str | None:
+    """Why a surviving mutant stays: its own entry, or a pattern's (`module.x_func__mutmut_*`)."""
+    if name in known:
+        return known[name]
+    return next((why for pat, why in known.items() if "*" in pat and fnmatch.fnmatchcase(name, pat)), None)
 
 
 def changed(base: str) -> list[str]:
@@ -94,12 +103,15 @@ def scratch(module: str) -> Path:
     return work
 
 
-def run(module: str, mutmut: str) -> dict:
-    work = scratch(module)
+def run(module: str, mutmut: str, again: bool = True) -> dict:
+    work = WORK / module.replace("/", "_").removesuffix(".py")
+    if again:
+        work = scratch(module)
     dotted = module.removesuffix(".py").replace("/", ".")
     names = [f"{dotted}.{fn}__mutmut_*" for fn in ONLY.get(module, [])]
     t0 = time.monotonic()
-    r = subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
+    r = (subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
+         if again else subprocess.CompletedProcess([], 0, "", ""))
     took = time.monotonic() - t0
     res = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
     status: dict[str, str] = {}
@@ -119,6 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--changed", metavar="BASE")
     p.add_argument("--list-changed", metavar="BASE")
     p.add_argument("--mutmut", default=str(Path(sys.executable).parent / "mutmut"))
+    p.add_argument("--results", action="store_true", help="judge the last run's results again (.mutation/), run nothing")
     a = p.parse_args(argv)
     if a.list_changed:
         print("\n".join(changed(a.list_changed)))
@@ -130,16 +143,18 @@ def main(argv=None) -> int:
     known = listed()
     new: list[str] = []
     for module in modules:
-        out = run(module, a.mutmut)
+        out = run(module, a.mutmut, again=not a.results)
         counts: dict[str, int] = {}
         for s in out["status"].values():
             counts[s] = counts.get(s, 0) + 1
         survivors = sorted(n for n, s in out["status"].items() if s not in ("killed", "timeout", "segfault"))
-        unexplained = [n for n in survivors if n not in known]
-        explained = len(survivors) - len(unexplained)
+        unexplained = [n for n in survivors if reason(known, n) is None]
+        unreached = [n for n in survivors if n not in unexplained and out["status"][n] == "no tests"]
+        equivalent = len(survivors) - len(unexplained) - len(unreached)
         print(f"{module}: {len(out['status'])} mutants, {counts.get('killed', 0) + counts.get('timeout', 0)} killed, "
-              f"{explained} listed as equivalent, {len(unexplained)} unexplained "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) in {out['seconds']:.0f}s")
+              f"{equivalent} equivalent, {len(unreached)} run only in a child (listed), "
+              f"{len(unexplained)} unexplained ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
+              f"in {out['seconds']:.0f}s")
         for n in unexplained:
             print(f"  survivor: {n}  (see: cd {out['work']} && {a.mutmut} show {n})")
         new += unexplained
