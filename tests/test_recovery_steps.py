@@ -127,3 +127,17 @@ def test_tasks_left_are_named_five_at_most(tmp_path, monkeypatch):
     assert out.steps == ["command: done",
                          f"6 of 6 stuck tasks still there after 0.2s (pid {pid}, {pid}, {pid}, {pid}, {pid})"]
     assert (out.recovered, out.freed, len(out.left)) == (False, 0, 6)
+
+
+def test_our_own_probes_gone_are_counted_apart_from_the_tasks(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    me = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    r, out = recover(tmp_path, command=["/bin/true"], probes=[[os.getpid(), me + 1]])
+    assert (out.recovered, out.freed, out.probes) == (True, 0, 1)
+    assert out.summary(r) == "recovered without reboot (command /shared, 0 tasks freed, 1 stuck probe gone)"
+
+
+def test_a_failing_steps_output_is_cut_to_200_characters(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    r, out = recover(tmp_path, command=["/bin/sh", "-c", "printf 'x%.0s' $(seq 300); exit 1"])
+    assert out.steps[0] == "command: exit 1: " + "x" * 200

@@ -52,22 +52,33 @@ LINE = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+): (?P<status>[\w ]+?)\s*$")
 
 
 def listed() -> dict[str, str]:
-    """mutant name or pattern -> the reason it stays (tools/mutation-survivors.txt:
-    `NAME  # reason`)."""
+    """entry -> the reason its mutant stays (tools/mutation-survivors.txt, `ENTRY  # reason`).
+    An entry is `FUNCTION | MUTATED LINE` (mutmut numbers a function's mutants afresh on
+    each run: the mutated line is what stays), or a pattern of mutant names
+    (`module.x_func__mutmut_*`)."""
     out = {}
     if SURVIVORS.exists():
         for ln in SURVIVORS.read_text().splitlines():
             if ln.strip() and not ln.lstrip().startswith("#"):
-                name, _, why = ln.partition("#")
-                out[name.strip()] = why.strip()
+                entry, _, why = ln.rpartition("  # ")
+                out[" ".join(entry.split())] = why.strip()
     return out
 
 
-def reason(known: dict[str, str], name: str) -> str | None:
-    """Why a surviving mutant stays: its own entry, or a pattern's (`module.x_func__mutmut_*`)."""
-    if name in known:
-        return known[name]
-    return next((why for pat, why in known.items() if "*" in pat and fnmatch.fnmatchcase(name, pat)), None)
+def identity(work: Path, mutmut: str, name: str) -> str:
+    """`FUNCTION | MUTATED LINE` of a mutant, from `mutmut show`."""
+    shown = subprocess.run([mutmut, "show", name], cwd=work, capture_output=True, text=True).stdout
+    plus = [ln[1:] for ln in shown.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return " ".join(f"{name.rsplit('__mutmut_', 1)[0]} | {' '.join(plus)}".split())
+
+
+def reason(known: dict[str, str], name: str, ident=None) -> str | None:
+    """Why a surviving mutant stays: a pattern's reason, or its line's."""
+    why = next((w for pat, w in known.items() if "*" in pat and "|" not in pat and fnmatch.fnmatchcase(name, pat)),
+               None)
+    if why is None and ident is not None:
+        why = known.get(ident())
+    return why
 
 
 def changed(base: str) -> list[str]:
@@ -98,9 +109,28 @@ def scratch(module: str) -> Path:
     keep["mutmut"] = dict(cfg["mutmut"])
     keep["mutmut"]["only_mutate"] = "\n" + module
     keep["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(MODULES[module])
+    # The tests' own temporary files in the scratch copy: what a mutant made them leave
+    # behind (a FUSE server, a mount on top of another) is found there, and cleared.
+    keep["mutmut"]["pytest_add_cli_args"] += f"\n--basetemp={work / 'tmp'}"
     with open(work / "setup.cfg", "w") as f:
         keep.write(f)
     return work
+
+
+def clear(work: Path) -> None:
+    """Detach every mount a mutant made the tests leave under `work` (read from our own
+    mountinfo), a FUSE one's connection aborted first (fusectl): its server then ends."""
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split() for ln in f]
+    for m in sorted((m for m in mounts if m[4].startswith(str(work) + "/")), key=lambda m: -len(m[4])):
+        fstype = m[m.index("-") + 1]
+        if fstype.startswith("fuse"):
+            try:
+                with open(f"/sys/fs/fuse/connections/{m[2].split(':')[1]}/abort", "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+        subprocess.run(["umount", "-l", m[4]], capture_output=True)
 
 
 def run(module: str, mutmut: str, again: bool = True) -> dict:
@@ -113,6 +143,8 @@ def run(module: str, mutmut: str, again: bool = True) -> dict:
     r = (subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
          if again else subprocess.CompletedProcess([], 0, "", ""))
     took = time.monotonic() - t0
+    if again:
+        clear(work)
     res = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
     status: dict[str, str] = {}
     for ln in res.stdout.splitlines():
@@ -148,7 +180,8 @@ def main(argv=None) -> int:
         for s in out["status"].values():
             counts[s] = counts.get(s, 0) + 1
         survivors = sorted(n for n, s in out["status"].items() if s not in ("killed", "timeout", "segfault"))
-        unexplained = [n for n in survivors if reason(known, n) is None]
+        idents = {n: identity(out["work"], a.mutmut, n) for n in survivors if reason(known, n) is None}
+        unexplained = [n for n in survivors if reason(known, n, lambda: idents[n]) is None]
         unreached = [n for n in survivors if n not in unexplained and out["status"][n] == "no tests"]
         equivalent = len(survivors) - len(unexplained) - len(unreached)
         print(f"{module}: {len(out['status'])} mutants, {counts.get('killed', 0) + counts.get('timeout', 0)} killed, "
@@ -156,7 +189,7 @@ def main(argv=None) -> int:
               f"{len(unexplained)} unexplained ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
               f"in {out['seconds']:.0f}s")
         for n in unexplained:
-            print(f"  survivor: {n}  (see: cd {out['work']} && {a.mutmut} show {n})")
+            print(f"  survivor: {idents[n]}\n    ({n}: cd {out['work']} && {a.mutmut} show {n})")
         new += unexplained
     if new:
         print(f"{len(new)} surviving mutant(s) not in {SURVIVORS.relative_to(ROOT)}: add a test that kills "
