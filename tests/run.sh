@@ -40,6 +40,20 @@ python=${PYTHON:-/usr/bin/python3}
 # The linter and the type checker first: both must pass before any test runs.
 .venv/bin/ruff check slurm_hooks/
 .venv/bin/mypy slurm_hooks/
+# A separate, fast step: the mutation check of the deciding modules this change touched
+# (tools/mutation.sh --changed), each against its own fast tests; a surviving mutant not
+# listed in tools/mutation-survivors.txt fails the run. It runs only where a deciding
+# module differs from the merge base with SLURM_HOOKS_MUTATION_BASE (default main), and
+# costs from 20 s to a few minutes a module (BENCHMARKS.md); SLURM_HOOKS_MUTATION=no skips it.
+mbase=${SLURM_HOOKS_MUTATION_BASE:-main}
+if [ "${SLURM_HOOKS_MUTATION:-yes}" != no ] && git rev-parse -q --verify "$mbase^{commit}" >/dev/null 2>&1; then
+    mchanged=$(.venv/bin/python tools/mutation.py --list-changed "$mbase")
+    if [ -n "$mchanged" ]; then
+        echo "=== mutation check of the deciding modules changed since $mbase:" $mchanged "==="
+        .venv/bin/pip install -q --disable-pip-version-check 'mutmut>=3.8,<3.9'
+        .venv/bin/python tools/mutation.py --changed "$mbase"
+    fi
+fi
 
 sessions=${SLURM_HOOKS_SLURM:-both}
 built_args=()

@@ -4,7 +4,10 @@ which nothing is mounted, and the summary's words. The site commands are real pr
 run by the hang-safe runner; the mount table is the one the recovery reads."""
 from __future__ import annotations
 
+import os
 import time
+
+import pytest
 
 from slurm_hooks.act import recovery
 from slurm_hooks.core.model import Recovery
@@ -81,3 +84,60 @@ def test_the_summary_counts_tasks_and_probes():
     assert recovery.Outcome(recovered=True, freed=0, probes=2).summary(r) == \
         "recovered without reboot (fuse-abort /shared, 0 tasks freed, 2 stuck probes gone)"
     assert recovery.Outcome(steps=["a", "b"]).summary(r) == "recovery tried (fuse-abort /shared): a; b"
+
+
+@pytest.fixture
+def umount(tmp_path, monkeypatch):
+    """umount as the recovery finds it: a program that writes down each call's arguments."""
+    said = tmp_path / "umount.calls"
+    prog = tmp_path / "umount"
+    prog.write_text(f"#!/bin/sh\necho \"$@\" >> {said}\n")
+    prog.chmod(0o755)
+    monkeypatch.setattr(recovery, "UMOUNT", (str(prog),))
+    return lambda: said.read_text().splitlines() if said.exists() else []
+
+
+def test_nfs_is_force_unmounted_by_its_mountpoint(tmp_path, monkeypatch, umount):
+    tables(monkeypatch, True)
+    r, out = recover(tmp_path, method="nfs-force-unmount")
+    assert umount() == ["-f /shared"]
+    assert out.steps == ["nfs-force-unmount: done", "probe: ok in 0.01s"]
+
+
+def test_the_dead_mount_is_detached_before_the_remount(tmp_path, monkeypatch, umount):
+    tables(monkeypatch, True)
+    r, out = recover(tmp_path, command=["/bin/true"], remount=["/bin/true"])
+    assert umount() == ["-l /shared"]
+    assert (out.recovered, out.steps) == (True, ["command: done", "remount: done", "probe: ok in 0.01s"])
+
+
+def test_a_mount_gone_before_the_remount_is_not_detached(tmp_path, monkeypatch, umount):
+    tables(monkeypatch, True, False, True)
+    r, out = recover(tmp_path, command=["/bin/true"], remount=["/bin/true"])
+    assert umount() == []
+    assert out.steps == ["command: done", "remount: done", "probe: ok in 0.01s"]
+
+
+def test_tasks_left_are_named_five_at_most(tmp_path, monkeypatch):
+    """Six tasks still there (this process, six times over): the first five pids said."""
+    tables(monkeypatch, True)
+    me = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    pid = os.getpid()
+    r, out = recover(tmp_path, command=["/bin/true"], tasks=[[pid, me]] * 6)
+    assert out.steps == ["command: done",
+                         f"6 of 6 stuck tasks still there after 0.2s (pid {pid}, {pid}, {pid}, {pid}, {pid})"]
+    assert (out.recovered, out.freed, len(out.left)) == (False, 0, 6)
+
+
+def test_our_own_probes_gone_are_counted_apart_from_the_tasks(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    me = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    r, out = recover(tmp_path, command=["/bin/true"], probes=[[os.getpid(), me + 1]])
+    assert (out.recovered, out.freed, out.probes) == (True, 0, 1)
+    assert out.summary(r) == "recovered without reboot (command /shared, 0 tasks freed, 1 stuck probe gone)"
+
+
+def test_a_failing_steps_output_is_cut_to_200_characters(tmp_path, monkeypatch):
+    tables(monkeypatch, True)
+    r, out = recover(tmp_path, command=["/bin/sh", "-c", "printf 'x%.0s' $(seq 300); exit 1"])
+    assert out.steps[0] == "command: exit 1: " + "x" * 200

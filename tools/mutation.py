@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import fnmatch
 import re
 import shutil
 import subprocess
@@ -51,14 +52,33 @@ LINE = re.compile(r"^\s*(?P<name>[\w.]+__mutmut_\d+): (?P<status>[\w ]+?)\s*$")
 
 
 def listed() -> dict[str, str]:
-    """mutant name -> the reason it stays (tools/mutation-survivors.txt: `NAME  # reason`)."""
+    """entry -> the reason its mutant stays (tools/mutation-survivors.txt, `ENTRY  # reason`).
+    An entry is `FUNCTION | MUTATED LINE` (mutmut numbers a function's mutants afresh on
+    each run: the mutated line is what stays), or a pattern of mutant names
+    (`module.x_func__mutmut_*`)."""
     out = {}
     if SURVIVORS.exists():
         for ln in SURVIVORS.read_text().splitlines():
             if ln.strip() and not ln.lstrip().startswith("#"):
-                name, _, why = ln.partition("#")
-                out[name.strip()] = why.strip()
+                entry, _, why = ln.rpartition("  # ")
+                out[" ".join(entry.split())] = why.strip()
     return out
+
+
+def identity(work: Path, mutmut: str, name: str) -> str:
+    """`FUNCTION | MUTATED LINE` of a mutant, from `mutmut show`."""
+    shown = subprocess.run([mutmut, "show", name], cwd=work, capture_output=True, text=True).stdout
+    plus = [ln[1:] for ln in shown.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return " ".join(f"{name.rsplit('__mutmut_', 1)[0]} | {' '.join(plus)}".split())
+
+
+def reason(known: dict[str, str], name: str, ident=None) -> str | None:
+    """Why a surviving mutant stays: a pattern's reason, or its line's."""
+    why = next((w for pat, w in known.items() if "*" in pat and "|" not in pat and fnmatch.fnmatchcase(name, pat)),
+               None)
+    if why is None and ident is not None:
+        why = known.get(ident())
+    return why
 
 
 def changed(base: str) -> list[str]:
@@ -89,18 +109,42 @@ def scratch(module: str) -> Path:
     keep["mutmut"] = dict(cfg["mutmut"])
     keep["mutmut"]["only_mutate"] = "\n" + module
     keep["mutmut"]["pytest_add_cli_args_test_selection"] = "\n" + "\n".join(MODULES[module])
+    # The tests' own temporary files in the scratch copy: what a mutant made them leave
+    # behind (a FUSE server, a mount on top of another) is found there, and cleared.
+    keep["mutmut"]["pytest_add_cli_args"] += f"\n--basetemp={work / 'tmp'}"
     with open(work / "setup.cfg", "w") as f:
         keep.write(f)
     return work
 
 
-def run(module: str, mutmut: str) -> dict:
-    work = scratch(module)
+def clear(work: Path) -> None:
+    """Detach every mount a mutant made the tests leave under `work` (read from our own
+    mountinfo), a FUSE one's connection aborted first (fusectl): its server then ends."""
+    with open("/proc/self/mountinfo") as f:
+        mounts = [ln.split() for ln in f]
+    for m in sorted((m for m in mounts if m[4].startswith(str(work) + "/")), key=lambda m: -len(m[4])):
+        fstype = m[m.index("-") + 1]
+        if fstype.startswith("fuse"):
+            try:
+                with open(f"/sys/fs/fuse/connections/{m[2].split(':')[1]}/abort", "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+        subprocess.run(["umount", "-l", m[4]], capture_output=True)
+
+
+def run(module: str, mutmut: str, again: bool = True) -> dict:
+    work = WORK / module.replace("/", "_").removesuffix(".py")
+    if again:
+        work = scratch(module)
     dotted = module.removesuffix(".py").replace("/", ".")
     names = [f"{dotted}.{fn}__mutmut_*" for fn in ONLY.get(module, [])]
     t0 = time.monotonic()
-    r = subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
+    r = (subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
+         if again else subprocess.CompletedProcess([], 0, "", ""))
     took = time.monotonic() - t0
+    if again:
+        clear(work)
     res = subprocess.run([mutmut, "results", "--all", "true"], cwd=work, capture_output=True, text=True)
     status: dict[str, str] = {}
     for ln in res.stdout.splitlines():
@@ -119,6 +163,7 @@ def main(argv=None) -> int:
     p.add_argument("--changed", metavar="BASE")
     p.add_argument("--list-changed", metavar="BASE")
     p.add_argument("--mutmut", default=str(Path(sys.executable).parent / "mutmut"))
+    p.add_argument("--results", action="store_true", help="judge the last run's results again (.mutation/), run nothing")
     a = p.parse_args(argv)
     if a.list_changed:
         print("\n".join(changed(a.list_changed)))
@@ -130,18 +175,21 @@ def main(argv=None) -> int:
     known = listed()
     new: list[str] = []
     for module in modules:
-        out = run(module, a.mutmut)
+        out = run(module, a.mutmut, again=not a.results)
         counts: dict[str, int] = {}
         for s in out["status"].values():
             counts[s] = counts.get(s, 0) + 1
         survivors = sorted(n for n, s in out["status"].items() if s not in ("killed", "timeout", "segfault"))
-        unexplained = [n for n in survivors if n not in known]
-        explained = len(survivors) - len(unexplained)
+        idents = {n: identity(out["work"], a.mutmut, n) for n in survivors if reason(known, n) is None}
+        unexplained = [n for n in survivors if reason(known, n, lambda: idents[n]) is None]
+        unreached = [n for n in survivors if n not in unexplained and out["status"][n] == "no tests"]
+        equivalent = len(survivors) - len(unexplained) - len(unreached)
         print(f"{module}: {len(out['status'])} mutants, {counts.get('killed', 0) + counts.get('timeout', 0)} killed, "
-              f"{explained} listed as equivalent, {len(unexplained)} unexplained "
-              f"({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) in {out['seconds']:.0f}s")
+              f"{equivalent} equivalent, {len(unreached)} run only in a child (listed), "
+              f"{len(unexplained)} unexplained ({', '.join(f'{k} {v}' for k, v in sorted(counts.items()))}) "
+              f"in {out['seconds']:.0f}s")
         for n in unexplained:
-            print(f"  survivor: {n}  (see: cd {out['work']} && {a.mutmut} show {n})")
+            print(f"  survivor: {idents[n]}\n    ({n}: cd {out['work']} && {a.mutmut} show {n})")
         new += unexplained
     if new:
         print(f"{len(new)} surviving mutant(s) not in {SURVIVORS.relative_to(ROOT)}: add a test that kills "
