@@ -133,6 +133,31 @@ def clear(work: Path) -> None:
         subprocess.run(["umount", "-l", m[4]], capture_output=True)
 
 
+STALL = 180.0      # seconds without a mutant judged: a test is stuck in D on its own mount
+
+
+def watched(argv: list[str], work: Path) -> subprocess.CompletedProcess:
+    """mutmut run, unblocked when it stalls: a mutant of code that frees hung mounts can
+    leave a test stuck in D on the test's own FUSE mount, where mutmut's timeout kill
+    cannot reach it. Aborting the mounts under `work` lets that test fail (the mutant is
+    killed) and the run go on."""
+    import tempfile
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(argv, cwd=work, stdout=out, stderr=subprocess.STDOUT)
+        last, seen = time.monotonic(), -1
+        while p.poll() is None:
+            time.sleep(5)
+            judged = sum(f.stat().st_size for f in (work / "mutants").rglob("*.meta")) if (work / "mutants").exists() else 0
+            if judged != seen:
+                last, seen = time.monotonic(), judged
+            elif time.monotonic() - last > STALL:
+                print(f"  no mutant judged for {STALL:g}s: aborting the tests' mounts under {work}", flush=True)
+                clear(work)
+                last = time.monotonic()
+        out.seek(0)
+        return subprocess.CompletedProcess(argv, p.returncode, out.read().decode(errors="replace"), "")
+
+
 def run(module: str, mutmut: str, again: bool = True) -> dict:
     work = WORK / module.replace("/", "_").removesuffix(".py")
     if again:
@@ -140,8 +165,8 @@ def run(module: str, mutmut: str, again: bool = True) -> dict:
     dotted = module.removesuffix(".py").replace("/", ".")
     names = [f"{dotted}.{fn}__mutmut_*" for fn in ONLY.get(module, [])]
     t0 = time.monotonic()
-    r = (subprocess.run([mutmut, "run", "--max-children", "1", *names], cwd=work, capture_output=True, text=True)
-         if again else subprocess.CompletedProcess([], 0, "", ""))
+    r = watched([mutmut, "run", "--max-children", "1", *names], work) if again else \
+        subprocess.CompletedProcess([], 0, "", "")
     took = time.monotonic() - t0
     if again:
         clear(work)
