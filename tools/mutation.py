@@ -177,6 +177,9 @@ def run(module: str, mutmut: str, again: bool = True) -> dict:
         if m and m["name"].startswith(dotted + ".") and (not names or any(
                 m["name"].startswith(n.removesuffix("*")) for n in names)):
             status[m["name"]] = m["status"]
+    if "could not find any test case" in r.stdout:
+        sys.exit(f"{module}: none of its tests ({', '.join(MODULES[module])}) runs it in the test's own "
+                 "process, so no mutant can be judged: add one that does (tools/mutation.py MODULES)")
     if r.returncode != 0 or not status or any(v == "not checked" for v in status.values()):
         sys.exit(f"mutmut failed on {module} (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
     return {"module": module, "seconds": took, "status": status, "work": work}
