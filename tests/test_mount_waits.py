@@ -88,6 +88,9 @@ def test_a_reader_asleep_on_the_nodes_frozen_fuse_mount_is_found_while_its_probe
         assert (f["status"], f["severity"], ev["state"], ev["cause"]) == ("stuck", "fail", "S", "shared_filesystem"), ev
         assert (ev["syscall"], ev["mountpoint"]) == ("fsync", str(m.path)), ev
         assert "(asleep, S)" in f["summary"] and "corroborated by the hung probe" in f["detail"], f
+        # Asleep, it wakes for a signal: its job's requeue or the mount's recovery frees it,
+        # never a reboot (the same mount asleep on every node is an outage).
+        assert not [a for a in rec["actions"] if a["kind"] == "reboot"], rec["actions"]
         # A sleeper of the same user on no filesystem is nothing.
         idle = reader.python("import time; time.sleep(600)")
         poll(lambda: state_of(idle.pid) == "S", 10, what="the idle process asleep")

@@ -707,7 +707,11 @@ class Diagnosis:
         return Finding(check=self.name, target=f"{who}pid {s.pid}".strip(), status="stuck", severity=severity,
                        summary=summary, detail=detail, evidence=evidence,
                        job=ref.job if ref else None,
-                       incident=incident, reason=reason, needs_reboot=True,
+                       incident=incident, reason=reason,
+                       # Asleep (S), it wakes for a signal: its job's requeue ends it, or the
+                       # mount's own recovery; and a mount asleep on every node is an outage,
+                       # which no reboot cures. Only a task in D asks for one.
+                       needs_reboot=s.state != "S",
                        hard=True, resumable=False)
 
 
