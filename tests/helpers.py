@@ -260,3 +260,25 @@ def healthchecks_at_once(nodes, conf_dir: Path, timeout: float = 120) -> None:
              for n in nodes]
     for p in procs:
         p.wait(timeout=timeout)
+
+
+def stuck_for_good(path, tries: int = 5):
+    """A process blocked on a 'stuck' FUSE mount (tests/fusefs.py), SIGKILLed and still
+    in D: what a requeue leaves. A kill that lands before the server has read the
+    request frees the caller (the kernel drops an unsent request): that try is
+    repeated, so a loaded machine cannot turn it into a killable hang."""
+    import os
+    import signal
+    import subprocess
+    for _ in range(tries):
+        p = subprocess.Popen([sys.executable, "-c", f"open({str(path)!r} + '/x', 'rb')"])
+        poll(lambda: proc_state(p.pid) == "D", 10, what="the task in D")
+        start = int(open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        time.sleep(0.2)          # the server reads the request: from then on it is unkillable
+        os.kill(p.pid, signal.SIGKILL)
+        try:
+            p.wait(0.5)
+        except subprocess.TimeoutExpired:
+            if proc_state(p.pid) == "D":
+                return p, start
+    raise AssertionError(f"no unkillable task on {path} in {tries} tries")

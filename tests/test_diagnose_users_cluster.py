@@ -328,7 +328,8 @@ def test_a_node_whose_collector_hangs_is_reported_and_the_command_ends_on_time(c
     lines = r.stdout.splitlines()
     assert lines[0].startswith(f"job {job}: 3 nodes (2 answered), 2 ranks, "), lines[0]
     assert lines[1].startswith("  rank 0 on n1 is waiting in clock_nanosleep() "), lines[1]
-    assert lines[1].endswith("; n3 did not answer within 5 s"), lines[1]
+    # On a loaded machine the fan-out itself may reach the deadline first: it says so after.
+    assert re.search(r"; n3 did not answer within 5 s( \(the fan-out was stopped at the deadline\))?$", lines[1]), lines[1]
     assert " 1. rank 0 on n1 (1 of 2): waiting in clock_nanosleep() " in r.stdout, r.stdout
 
 

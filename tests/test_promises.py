@@ -9,13 +9,12 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import poll, run_record
+from helpers import run_record, stuck_for_good
 
 from slurm_hooks.act import recovery
 from slurm_hooks.act.actuation import _probe
@@ -60,18 +59,6 @@ def dev_of(path) -> str:
     return m.dev
 
 
-def stuck_for_good(path) -> tuple[subprocess.Popen, int]:
-    p = subprocess.Popen([sys.executable, "-c", f"open({str(path)!r} + '/x', 'rb')"])
-
-    def in_d():
-        try:
-            return open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "D"
-        except OSError:
-            return False
-    poll(in_d, 10, what="the task in D")
-    start = int(open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-    os.kill(p.pid, signal.SIGKILL)
-    return p, start
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import poll
+from helpers import poll, stuck_for_good
 
 from slurm_hooks.act import recovery
 from slurm_hooks.act.actuation import _probe
@@ -30,20 +29,6 @@ def dev_of(path) -> str:
     return m.dev
 
 
-def stuck_for_good(path) -> tuple[subprocess.Popen, int]:
-    """A process blocked on the mount, SIGKILLed, still in D: what a requeue leaves."""
-    p = subprocess.Popen([sys.executable, "-c", f"open({str(path)!r} + '/x', 'rb')"])
-    def in_d():
-        try:
-            return open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "D"
-        except OSError:
-            return False
-    poll(in_d, 10, what="the task in D")
-    start = int(open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[19])
-    os.kill(p.pid, signal.SIGKILL)
-    time.sleep(0.3)
-    assert in_d(), "killable: not the kind a recovery is for"
-    return p, start
 
 
 @pytest.fixture
