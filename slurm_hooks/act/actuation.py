@@ -28,7 +28,9 @@ BREAKER_FRESH = 600.0
 # act/ledger.py and act/after_reboot.py decide over their contents, and are imported
 # only past the healthy fast path (together 0.5 ms of every run otherwise).
 SPOOL, LEDGER = "spool", "actions-done"
-STATE = ("failures", "drain", SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker")
+# The node's suspect mounts (decide/outage.py), and whether its Comment names them.
+SUSPECTS = "suspects"
+STATE = ("failures", "drain", SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker", SUSPECTS)
 
 
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
@@ -61,18 +63,23 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     new_boot = run.tends_node and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
     if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
-            and not state.load("actions-done"):
+            and not state.load("actions-done") and not state.exists(SUSPECTS):
         return []          # the healthy fast path: no Slurm call (an empty ledger has nothing to expire)
 
     from ..core.model import Action
     from ..core.outcomes import Code, Outcome
+    from ..decide import outage as outage_of
     from ..decide import policy
     from . import after_reboot, spool
     from . import ledger as ledger_of
     from .actions import execute
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
-    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
+    before = state.load(SUSPECTS)
+    mine = outage_of.suspects(findings, {f"{m[0]} {m[1]}": m[3] for m in before.get("mounts", [])
+                                         if isinstance(m, list) and len(m) >= 4})
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace,
+                            suspects=mine)
     if run.acts_by_exit:
         return _prolog_actions(actions, state, dry_run, report_only)
     if run.tends_node and _may_recover(cfg, actions, findings):
@@ -100,6 +107,14 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         _job_picture(cfg, actions, slurm, picture)
     held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
+    # The same mount suspect on other nodes: the storage's outage, not this node's fault.
+    found = outage_of.outages(view.infos, node, mine) if view is not None and mine else []
+    spared: list = []
+    if found:
+        actions, spared = outage_of.spared(actions, findings, found)
+        if notes is not None:
+            notes += [o.line() for o in found]
+    published = _publish(node, mine, before, held, view, slurm, bool(drain))
     if (reboot or new_boot) and slurm is not None:
         after, reboot = after_reboot.after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
                                       cfg.policy.resume_after, cfg.actions.release_after)
@@ -109,6 +124,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         actions.append(resume)
     queue = spool.merge(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
     results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    results += [ActionResult(a, Outcome.HELD, why, code=Code.OUTAGE) for a, why in spared]
     recovering = [a for a in queue if a.kind == "recover"]
     queue = [a for a in queue if a.kind != "recover"]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
@@ -130,6 +146,13 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if waiting_now or spooled:
             state.save(SPOOL, waiting_now)
         drain = drain_record(drain, results, findings, node)
+        if drain and found and outage_of.covers(findings, found):
+            # The storage's outage drained it: back in service once its runs pass.
+            drain = dict(drain, resumable=True)
+        if mine or published:
+            state.save(SUSPECTS, {"mounts": mine, "published": published})
+        elif before:
+            state.delete(SUSPECTS)
         if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
                                 for r in results):
             state.delete("hook-failure")      # the precise reason is in place (or moot)
@@ -139,6 +162,37 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if reboot or state.exists("reboot"):
             state.save("reboot", reboot)
     return results
+
+
+def _publish(node: str, mine: list, before: dict, held: list, view, slurm, drained: bool) -> bool:
+    """Make the node's suspect mounts visible to the other nodes (decide/outage.py);
+    True while its Comment names them. A drain of ours names them in its own update; a
+    node the breaker holds back sets its Comment itself, once per change of the set;
+    once nothing is suspect, a node not drained by us takes them out again (a drain of
+    ours takes them out with its resume)."""
+    from ..core.reason import is_our_cause, without_our_cause
+    from ..decide.outage import published
+    from ..slurm.api import CAUSE_FIELD, SlurmError, node_is_drained
+    was = bool(before.get("published"))
+    if slurm is None:
+        return was
+    try:
+        if mine:
+            drain = next((a for a, _ in held if a.kind == "drain"), None)
+            if drain is None or view is None or node not in view.infos:
+                return was or drained
+            info = view.infos[node]
+            if [m[:3] for m in published(info)] != [m[:3] for m in mine]:
+                slurm.set_node_comment(node, f"{drain.cause} {without_our_cause(info.get(CAUSE_FIELD, ''))}".strip())
+            return True
+        if was and not drained:
+            info = slurm.node_state(node) or {}
+            text = info.get(CAUSE_FIELD, "")
+            if is_our_cause(text) and not node_is_drained(info):
+                slurm.set_node_comment(node, without_our_cause(text))
+    except SlurmError:
+        return was
+    return False
 
 
 def _new_boot(state: StateStore) -> bool:

@@ -97,6 +97,9 @@ class Stuck:
     mntns: str = ""                     # its mount namespace (ns/mnt link)
     links: dict = field(default_factory=dict)       # cwd and the dirfd's link, for people
     look: str = "ok"                    # how the look at its /proc files went
+    source: str = ""                    # the proven mount's source (what other nodes know it by)
+    network: bool = False               # the proven mount is a network filesystem's
+    earlier: str = ""                   # placed by an earlier run: what it was doing then
 
 
 def _anonymous(maps: bytes) -> list[tuple[int, int]]:
@@ -354,6 +357,31 @@ class Diagnosis:
         self._inspect_stuck = 0
         self._host: MountTable | None = None
         self.hung_devs: set[str] = set()    # devices of the mounts whose probe hangs in this run
+        # "pid:start" -> the node's place an earlier run proved (place_of): a task keeps it
+        # while it lives, killed or not.
+        self.places: dict[str, dict] = {}
+
+    def _remembered(self, d: Stuck) -> None:
+        """A task proven to wait on the node's storage, then killed (its job requeued),
+        waits on in its exit path (flush, release, do_exit) with no system call and its
+        descriptors going: nothing left proves its place, yet it is the same task (same
+        pid, same start time) on the same mount. It keeps the place proven earlier,
+        never one a user could name: only what an earlier run's kernel ids proved."""
+        was = self.places.get(f"{d.sample.pid}:{d.sample.start}")
+        if not was or d.cause in waits.NODE_CAUSES or d.mount_owner is not None:
+            return
+        if was.get("cause") not in waits.NODE_CAUSES:
+            return
+        then = str(was.get("syscall") or "")
+        d.earlier = f"{then}()" if then and then not in ("page fault", "running") else (then or "stuck")
+        d.how.append(f"placed on {was.get('mountpoint')} by an earlier run (same pid and start time); "
+                     f"now {d.syscall or 'in no system call'}: its exit path")
+        d.cause = str(was["cause"])
+        d.file = d.file or str(was.get("file") or "")
+        d.mountpoint, d.fstype = str(was.get("mountpoint") or ""), str(was.get("fstype") or "")
+        d.mount_dev, d.source = str(was.get("mount_dev") or ""), str(was.get("source") or "")
+        d.network = bool(was.get("network"))
+        d.syscall = then
 
     def corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
         """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
@@ -615,12 +643,14 @@ class Diagnosis:
         d.cause, d.how = place.cause, place.how
         if place.mount is not None:
             d.mountpoint, d.fstype, d.mount_dev = place.mount.mountpoint, place.mount.fstype, place.mount.dev
+            d.source, d.network = place.mount.source, place.mount.is_network
         d.sigkill = _sigkill_pending(self.proc, pid, d.sample.tid)
         if place.cause == "user_mount":
             d.mount_owner = place.owner_uid
 
     def finding(self, ctx: Context, d: Stuck, after_end: bool = False) -> Finding | None:
         s, ref = d.sample, d.ref
+        self._remembered(d)
         # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
         d.file, d.cmdline = printable(d.file), printable(d.cmdline)
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")
@@ -645,7 +675,9 @@ class Diagnosis:
         held = ("still stuck after the job ended" if after_end
                 else f"stuck for {duration(d_seconds, at_least=not exact)}")
         if d.sigkill:
-            held += " (killed, still in D: unkillable)"
+            held += " (killed, still in D: unkillable)" if not d.earlier else " (killed, still in D)"
+        if d.earlier:
+            held += ", now in its exit path"
         own = d.mount_owner is not None
         mine = own and d.mount_owner == s.uid
         if own:
@@ -670,7 +702,8 @@ class Diagnosis:
             "mountpoint": d.mountpoint, "fstype": d.fstype, "wchan": d.wchan, "stack": d.stack,
             "cause": d.cause, "cmdline": d.cmdline, "inspect": d.inspect, "kernel_log": d.kernel,
             "mount_owner": d.mount_owner, "attribution": d.how, "mount_dev": d.mount_dev,
-            "sigkill_pending": d.sigkill,
+            "sigkill_pending": d.sigkill, "source": d.source, "network": d.network,
+            "placed_earlier": d.earlier or None,
         }
         detail = (f"cause: {CAUSE_LABEL[d.cause]}; comm {s.comm}; wchan {d.wchan or '?'}; "
                   f"stack {' < '.join(d.stack[:4]) or 'unreadable'}"
@@ -713,6 +746,19 @@ class Diagnosis:
                        # which no reboot cures. Only a task in D asks for one.
                        needs_reboot=s.state != "S",
                        hard=True, resumable=False)
+
+
+PLACE_FIELDS = ("cause", "file", "mountpoint", "fstype", "mount_dev", "source", "network", "syscall")
+
+
+def place_of(f: Finding) -> dict | None:
+    """What a later run needs to keep a stuck task's place once it lost the means to
+    prove it (killed, in its exit path: no system call, its descriptors closing), keyed
+    by pid and start time: None unless the kernel's ids proved the node's place."""
+    ev = f.evidence
+    if f.status != "stuck" or ev.get("cause") not in waits.NODE_CAUSES or not isinstance(ev.get("pid"), int):
+        return None
+    return {k: ev.get(k) for k in PLACE_FIELDS} | {"job": f.job}
 
 
 def _sigkill_pending(proc: str, pid: int, tid: int) -> bool:

@@ -441,7 +441,9 @@ class FilesystemCheck:
                 continue
             m = ctx.mounts.at(t.mountpoint) if t.mountpoint else ctx.mounts.holding(t.path)
             fstype = m.fstype if m else "?"
-            where = {"mountpoint": m.mountpoint if m else None, "fstype": fstype}
+            where = {"mountpoint": m.mountpoint if m else None, "fstype": fstype,
+                     # What the other nodes know the same storage by (decide/outage.py).
+                     "source": m.source if m else None, "network": bool(m and m.is_network)}
             o = outcomes[self.key(t.path)]
             out.append(self._verdict(t, o, fstype, where, ctx.behaviour))
         return out

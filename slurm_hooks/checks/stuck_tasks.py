@@ -110,6 +110,8 @@ def settings(cfg: Config) -> StuckTasksConfig:
 
 STATE = "stuck-tasks"
 STALLS = "proc-stalls"
+PLACES = "stuck-places"  # "pid:start" -> the node's place a stuck task was proven to wait on
+PLACES_MAX = 256
 # Above this many threads the scan is split over forked children, one per CPU.
 PARALLEL_THREADS = 3000
 SCAN_TRIES = 3           # scans of one part per run, each without the processes found stalling
@@ -135,7 +137,7 @@ class StuckTasksCheck:
     name = NAME
     order, hooks = ORDER, HOOKS
     roles = (STUCK_TASK,)
-    state = (STATE, STALLS)
+    state = (STATE, STALLS, PLACES)
     series = STUCK_SERIES
     explain_keys = ("job", "step", "rank", "pid", "tids", "comm", "seconds", "syscall", "file", "mountpoint",
                     "fstype", "cause", "wchan", "stack", "cmdline", "kernel_log", "idle_gpu")
@@ -249,6 +251,8 @@ class StuckTasksCheck:
         # A mount's own probe hung: its callers may be asleep (S) rather than in D.
         probe_hung = any(k.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG) for k, o in outcomes.items())
         if not self._seen and not previous and not probe_hung:
+            if ctx.state.exists(PLACES):
+                ctx.state.delete(PLACES)        # no task in D: none keeps a place
             if self._scan_note:
                 ctx.notes.append(self._scan_note)
             return stalls
@@ -278,6 +282,8 @@ class StuckTasksCheck:
             ctx.state.save(STATE, state)
 
         out = stalls
+        places = ctx.state.load(PLACES)
+        diagnosis.places = places
         if probe_hung:
             # No walk of a stuck task's path goes into a mount whose probe hangs.
             diagnosis.hung_devs = set(diagnosis.hung_probes(ctx, outcomes))
@@ -308,7 +314,21 @@ class StuckTasksCheck:
                                job=ref.job if ref else None))
         if self._scan_note:
             ctx.notes.append(self._scan_note)
+        self._keep_places(ctx, places, out, {(b.pid, b.start) for _, b in seen})
         return out
+
+    def _keep_places(self, ctx: Context, places: dict, out: list[Finding], alive: set) -> None:
+        """Remember each task's proven place while the task lives (in D, or found again)."""
+        from ._stuck_diagnosis import place_of
+        kept = {k: v for k, v in places.items() if k in {f"{p}:{s}" for p, s in alive}}
+        for f in out:
+            place = place_of(f) if f.check == NAME else None
+            if place is not None and isinstance(f.evidence.get("start_ticks"), int):
+                kept[f"{f.evidence['pid']}:{f.evidence.get('start_ticks')}"] = place
+        if len(kept) > PLACES_MAX:
+            kept = dict(sorted(kept.items())[:PLACES_MAX])
+        if kept != places:
+            ctx.state.save(PLACES, kept)
 
     def _resample(self, ctx: Context, previous) -> list[tuple]:
         """[(first sample this run or None, fresh sample)] for tasks still in D.

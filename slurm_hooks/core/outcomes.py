@@ -64,6 +64,7 @@ class Code(str, Enum):
     RECOVERED = "recovered"                # recover: tasks freed, mount back, probe passes
     NOT_RECOVERED = "not_recovered"        # recover: tried; tasks survived or the probe fails
     JOBS_FIRST = "jobs_first"              # recover: a job with a task on the mount is not requeued or ended yet
+    OUTAGE = "outage"                      # reboot, recover: the mount is suspect on other nodes too (the storage's outage)
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
 
     def __str__(self) -> str:

@@ -155,14 +155,19 @@ def with_note(reason: str, note: str, limit: int = REASON_LIMIT) -> str:
 # (\u007c), so no reader of `scontrol -o` or `sinfo -O` lines can cut it apart.
 CAUSE_TAG = "slurm-hooks:cause"
 CAUSE_LIMIT = 1000
+MOUNTS_PUBLISHED = 4          # suspect mounts a node's cause names (CAUSE_LIMIT bounds the text)
 UNKNOWN_CAUSE = "unknown cause"
 
 
-def cause_text(check: str, where: str, incident: str, since: str) -> str:
+def cause_text(check: str, where: str, incident: str, since: str, mounts: list | None = None) -> str:
+    """`mounts`: the node's suspect mounts, [source, fstype, mountpoint, since] each
+    (decide/outage.py), what the other nodes tell an outage of the storage by."""
     import json
     where = one_line(where)[:400]
-    data = json.dumps({"check": one_line(check), "where": where, "incident": one_line(incident)[:400],
-                       "since": since}, separators=(",", ":"), ensure_ascii=True)
+    doc: dict = {"check": one_line(check), "where": where, "incident": one_line(incident)[:400], "since": since}
+    if mounts:
+        doc["mounts"] = [[one_line(str(x))[:120] for x in m] for m in mounts[:MOUNTS_PUBLISHED]]
+    data = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
     return f"{CAUSE_TAG} " + data.replace(" ", "\\u0020").replace("|", "\\u007c")
 
 

@@ -31,9 +31,11 @@ COMMENT_LIMIT = 1000
 
 
 def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
-           ledger: dict | None = None, kill_grace: float = 0.0, now: float | None = None) -> list[Action]:
+           ledger: dict | None = None, kill_grace: float = 0.0, now: float | None = None,
+           suspects: list | None = None) -> list[Action]:
     """`ledger`: keys of actions already carried out (act/actions.py), from local state.
-    `kill_grace`: how long a stuck task must outlive its job's end before a reboot."""
+    `kill_grace`: how long a stuck task must outlive its job's end before a reboot.
+    `suspects`: the node's suspect mounts (decide/outage.py), named in the drain's cause."""
     import time
     ledger = ledger or {}
     now = time.time() if now is None else now
@@ -44,7 +46,7 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
     failing.sort(key=lambda f: f.job is None)          # stable: job findings first
     reason = make_reason([f.reason_text for f in failing])
     if actions_cfg.drain:
-        out.append(Action("drain", node=node, reason=reason, cause=cause_of(failing[0], now)))
+        out.append(Action("drain", node=node, reason=reason, cause=cause_of(failing[0], now, suspects)))
     jobs: dict[str, list[Finding]] = {}
     for f in failing:
         if f.job is not None and not f.keep_job:
@@ -73,12 +75,13 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
     return out
 
 
-def cause_of(f: Finding, now: float) -> str:
+def cause_of(f: Finding, now: float, suspects: list | None = None) -> str:
     """The cause a drain for `f` records: its check, where it failed (the mount a task
-    is stuck on, else its target), its incident and when."""
+    is stuck on, else its target), its incident and when, and the node's suspect mounts."""
     import time
     where = str(f.evidence.get("mountpoint") or f.target)
-    return cause_text(f.check, where, f.incident or f.target, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)))
+    return cause_text(f.check, where, f.incident or f.target, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)),
+                      suspects)
 
 
 def _uid(findings: list[Finding]) -> int | None:

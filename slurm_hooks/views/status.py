@@ -68,6 +68,9 @@ class Status:
     drained_by_us: int
     drained_by_others: list[dict]
     groups: list[Group]
+    # The same mount suspect on several nodes (drained or held back by the breaker), as
+    # each node's Comment names it (decide/outage.py): one outage of the storage.
+    outages: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -89,6 +92,8 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
                 "restarted": int(info.get("Restarts", "0") or 0) > 0})
     ours, others, total = [], [], 0
+    from ..decide.outage import outages
+    storage = [asdict(o) | {"line": o.line()} for o in outages({i["NodeName"]: i for i in nodes}, None)]
     for info in nodes:
         total += 1
         if not node_is_drained(info) and not foreign_states(info):
@@ -113,7 +118,7 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
     for d in ours:
         groups.setdefault(cause_group(d.cause), []).append(d)
     ordered = sorted(groups.items(), key=lambda kv: (kv[0] == UNKNOWN_CAUSE, -len(kv[1]), kv[0]))
-    return Status(total_nodes=total, drained_by_us=len(ours), drained_by_others=others,
+    return Status(total_nodes=total, drained_by_us=len(ours), drained_by_others=others, outages=storage,
                   groups=[Group(cause=c, outage=len(ns) >= 2 and _shared(ns[0].cause), nodes=ns)
                           for c, ns in ordered])
 
@@ -135,6 +140,9 @@ def age(seconds: float | None) -> str:
 
 def render(st: Status) -> str:
     lines = [f"slurm-hooks status: {st.drained_by_us} of {st.total_nodes} nodes drained by slurm-hooks"]
+    for o in st.outages:
+        lines.append(f"  {o['line']}: {', '.join(o['nodes'][:8])}{' ...' if len(o['nodes']) > 8 else ''} "
+                     "(no reboot or recovery for it; the nodes resume when it answers)")
     for g in st.groups:
         head = f"{g.cause}: OUTAGE on {len(g.nodes)} nodes" if g.outage else f"{g.cause}: {len(g.nodes)} node(s)"
         lines.append(f"  {head}")

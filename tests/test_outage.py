@@ -1,0 +1,210 @@
+"""A node's fault or the storage's outage (decide/outage.py), decided over the in-memory
+Slurm that test_fakes_contract.py holds to both real ones: three nodes, each with its
+own local state, mounting the same storage.
+
+The same mount suspect on several nodes is one outage: no reboot and no recovery for
+it anywhere, the drains it caused resumable, every node back in service by itself once
+the storage answers. Suspect on one node alone, it is that node's fault, handled as
+before."""
+from __future__ import annotations
+
+import time
+
+from slurm_hooks.act.actuation import take_actions
+from slurm_hooks.checks._config import default_config
+from slurm_hooks.checks._stuck_diagnosis import Diagnosis, Stuck, place_of
+from slurm_hooks.core.model import FAIL, OK, Finding
+from slurm_hooks.core.outcomes import Code, Outcome
+from slurm_hooks.core.reason import read_cause
+from slurm_hooks.core.state import StateStore
+from slurm_hooks.decide import outage
+from slurm_hooks.host.jobs import JobRef
+from slurm_hooks.host.procfs import TaskSample, boot_id
+from slurm_hooks.slurm.fake import FakeSlurm
+
+NODES = ("n1", "n2", "n3")
+SOURCE, FSTYPE, POINT = "gpfs:/fs1", "gpfs", "/gpfs"
+
+
+def config(tmp_path, node: str, **policy):
+    cfg = default_config(state_dir=str(tmp_path / node / "state"))
+    cfg.policy.max_drained_nodes, cfg.policy.max_drained_fraction = 1, 0
+    cfg.policy.resume_after = 2
+    for k, v in policy.items():
+        setattr(cfg.policy, k, v)
+    return cfg
+
+
+def state_of(tmp_path, node: str) -> StateStore:
+    state = StateStore(str(tmp_path / node / "state" / node))
+    state.save("boot", {"id": boot_id()})
+    return state
+
+
+def probe_hung(source=SOURCE) -> Finding:
+    return Finding(check="filesystem", target=f"{POINT}/probe", status="hung", severity=FAIL,
+                   summary=f"fs {POINT}/probe hung >10s (read, {FSTYPE})",
+                   evidence={"mountpoint": POINT, "fstype": FSTYPE, "source": source, "network": True})
+
+
+def stuck(node: str, job: str, pid: int, source=SOURCE, killed=False) -> Finding:
+    return Finding(check="stuck_tasks", target=f"job {job} pid {pid}", status="stuck", severity=FAIL,
+                   summary=f"job {job} pid {pid} stuck in openat() on {POINT}/ckpt.pt ({FSTYPE} {POINT})",
+                   reason=f"job {job} stuck in openat() on {POINT}/ckpt.pt ({FSTYPE}), pid {pid}", job=job,
+                   incident=f"{node}:{pid}:100", needs_reboot=True, hard=True, resumable=False,
+                   evidence={"uid": 1001, "pid": pid, "start_ticks": 100, "cause": "shared_filesystem",
+                             "mountpoint": POINT, "fstype": FSTYPE, "source": source, "network": True,
+                             "mount_dev": "0:77", "sigkill_pending": killed})
+
+
+class Cluster:
+    def __init__(self, tmp_path, **policy):
+        self.slurm = FakeSlurm(NODES, version="22.05")
+        self.cfg = {n: config(tmp_path, n, **policy) for n in NODES}
+        self.state = {n: state_of(tmp_path, n) for n in NODES}
+        self.notes: dict[str, list[str]] = {}
+
+    def run(self, node: str, findings: list[Finding]):
+        self.notes[node] = []
+        return take_actions(self.cfg[node], node, findings, False, self.state[node],
+                            open_backend=self.slurm.open, notes=self.notes[node])
+
+
+def kinds(results):
+    return [(r.action.kind, str(r.outcome), str(r.code)) for r in results]
+
+
+def test_the_same_mount_hung_on_every_node_is_one_outage_that_ends_by_itself(tmp_path):
+    c = Cluster(tmp_path)
+    job = c.slurm.add_job("n1,n2,n3")
+    frozen = {n: [probe_hung(), stuck(n, job, 100 + i)] for i, n in enumerate(NODES)}
+    # The first run of each: n1 drains (limit 1), requeues the job; the others are held
+    # back by the breaker and make their suspect mount visible all the same.
+    first = {n: c.run(n, frozen[n]) for n in NODES}
+    assert ("drain", "done", "") in kinds(first["n1"]) and ("requeue", "done", "") in kinds(first["n1"])
+    for n in ("n2", "n3"):
+        assert ("drain", "held", "breaker") in kinds(first[n]), first[n]
+        cause = read_cause(c.slurm.node_state(n)["Comment"])
+        assert cause["mounts"][0][:3] == [SOURCE, FSTYPE, POINT], cause
+        assert c.slurm.node_state(n)["State"] == "MIXED" or "DRAIN" not in c.slurm.node_state(n)["State"]
+    assert read_cause(c.slurm.node_state("n1")["Comment"])["mounts"][0][:3] == [SOURCE, FSTYPE, POINT]
+    # `status` names it once, from every node's Comment, held ones included.
+    from slurm_hooks.views.status import collect, render
+    st = collect(c.slurm, c.cfg["n1"].reason_prefix)
+    [o] = st.outages
+    assert o["nodes"] == list(NODES) and o["line"].startswith(f"outage of {SOURCE} ({POINT}) on 3 nodes since ")
+    assert sum(o["line"] in line for line in render(st).splitlines()) == 1, render(st)
+    # Killed by the requeue and still in D: on a node-local fault the reboot; here the
+    # same mount hangs on three nodes: no reboot, named once as one outage.
+    c.slurm.calls.clear()
+    frozen["n1"][1] = stuck("n1", job, 100, killed=True)
+    second = c.run("n1", frozen["n1"])
+    reboots = [r for r in second if r.action.kind == "reboot"]
+    assert reboots and all((r.outcome, r.code) == (Outcome.HELD, Code.OUTAGE) for r in reboots), kinds(second)
+    assert "reboot" not in c.slurm.calls
+    since = time.strftime("%H:%M")
+    line = f"outage of {SOURCE} ({POINT}) on 3 nodes since "
+    assert [n for n in c.notes["n1"] if n.startswith(line)] and since[:2] in c.notes["n1"][0], c.notes["n1"]
+    assert reboots[0].message.startswith(line), reboots[0].message
+    # At most one node-table read per failing run, no partition read, no update.
+    assert c.slurm.calls == {"list_nodes_alone": 1}, c.slurm.calls
+    assert c.state["n1"].load("drain")["resumable"] is True
+    # Held nodes publish once, not run after run.
+    c.slurm.calls.clear()
+    c.run("n2", frozen["n2"])
+    assert c.slurm.calls == {"list_nodes_alone": 1}, c.slurm.calls
+    # The storage answers: every node is back in service after its passing runs, with
+    # nothing left of ours in its Comment, and then asks Slurm nothing.
+    for _ in range(2):
+        for n in NODES:
+            c.run(n, [])
+    for n in NODES:
+        info = c.slurm.node_state(n)
+        assert "DRAIN" not in info["State"] and read_cause(info["Comment"]) is None, (n, info)
+    c.slurm.calls.clear()
+    for n in NODES:
+        assert c.run(n, []) == []
+    assert c.slurm.calls == {}
+
+
+def test_no_recovery_of_a_mount_in_an_outage(tmp_path):
+    from slurm_hooks.checks.filesystem import FilesystemConfig, RecoverConfig
+    c = Cluster(tmp_path, max_drained_nodes=3)
+    for n in NODES:
+        fs = c.cfg[n].filesystems
+        fs.clear()
+        f = FilesystemConfig(path=f"{POINT}/probe", mountpoint=POINT)
+        f.recover = RecoverConfig(method="fuse-abort")
+        fs.append(f)
+    for _ in range(3):
+        results = {n: c.run(n, [probe_hung()]) for n in NODES}
+    for n in NODES:
+        recover = [r for r in results[n] if r.action.kind == "recover"]
+        assert recover and all((r.outcome, r.code) == (Outcome.HELD, Code.OUTAGE) for r in recover), kinds(results[n])
+    assert "recover" not in str(c.state["n1"].load("actions-done"))
+
+
+def test_a_mount_hung_on_one_node_alone_is_its_fault_and_reboots_as_before(tmp_path):
+    c = Cluster(tmp_path)
+    job = c.slurm.add_job("n1,n2,n3")
+    assert ("requeue", "done", "") in kinds(c.run("n1", [probe_hung(), stuck("n1", job, 100)]))
+    for n in ("n2", "n3"):
+        assert c.run(n, [Finding(check="filesystem", target=f"{POINT}/probe", status="ok", severity=OK,
+                                 summary="ok")]) == []
+    second = c.run("n1", [probe_hung(), stuck("n1", job, 100, killed=True)])
+    assert ("reboot", "done", "") in kinds(second), kinds(second)
+    assert not any("outage" in n for n in c.notes["n1"])
+    assert c.state["n1"].load("drain")["resumable"] is False
+
+
+def test_another_storage_by_the_same_mountpoint_is_not_the_same_outage(tmp_path):
+    c = Cluster(tmp_path)
+    job = c.slurm.add_job("n1,n2,n3")
+    c.run("n1", [probe_hung(), stuck("n1", job, 100)])
+    c.run("n2", [probe_hung(source="gpfs:/other"), stuck("n2", job, 101, source="gpfs:/other")])
+    second = c.run("n1", [probe_hung(), stuck("n1", job, 100, killed=True)])
+    assert ("reboot", "done", "") in kinds(second), kinds(second)
+
+
+def test_outages_are_told_from_every_nodes_comment():
+    def info(mounts):
+        from slurm_hooks.core.reason import cause_text
+        return {"Comment": cause_text("filesystem", POINT, "x", "t", mounts)}
+    infos = {"n1": info([[SOURCE, FSTYPE, POINT, "2026-12-04T03:12:00"]]),
+             "n2": info([[SOURCE, FSTYPE, "/mnt/gpfs", "2026-12-04T03:11:00"]]),
+             "n3": info([["nfs:/home", "nfs4", "/home", "2026-12-04T03:00:00"]]),
+             "n4": {"Comment": "an admin's words"}}
+    [o] = outage.outages(infos, None)
+    assert (o.source, o.nodes, o.since) == (SOURCE, ["n1", "n2"], "2026-12-04T03:11:00")
+    # A user's mount, a local filesystem, a task not proven on the node's storage: never suspect.
+    f = stuck("n1", "7", 5)
+    f.evidence["network"] = False
+    assert outage.mount_of(f) is None
+    g = stuck("n1", "7", 5)
+    g.evidence["cause"] = "user_mount"
+    assert outage.mount_of(g) is None
+
+
+def test_a_killed_task_keeps_the_place_an_earlier_run_proved():
+    """Killed, it waits in its exit path with no system call and its descriptors gone:
+    nothing proves its place any more, yet it is the same task (pid and start time)."""
+    proven = stuck("n1", "7", 4242)
+    place = place_of(proven)
+    assert place is not None and place["mountpoint"] == POINT
+    diag = Diagnosis("stuck_tasks", default_config().stuck_tasks)
+    diag.places = {"4242:100": place}
+    later = Stuck(sample=TaskSample(pid=4242, tid=4242, start=100, comm="python", state="D", uid=1001),
+                  tids=[4242], seconds=30, ref=JobRef(job="7"), syscall="", cause="unproven",
+                  wchan="fuse_flush", stack=["fuse_flush", "filp_flush", "do_exit"])
+    diag._remembered(later)
+    assert (later.cause, later.mountpoint, later.source, later.syscall) == ("shared_filesystem", POINT, SOURCE, "")
+    assert any("earlier run" in h for h in later.how)
+    # Another task that got the same pid (another start time) proves nothing.
+    other = Stuck(sample=TaskSample(pid=4242, tid=4242, start=999, comm="python", state="D", uid=1001),
+                  tids=[4242], seconds=30, ref=None, cause="unproven")
+    diag._remembered(other)
+    assert other.cause == "unproven" and not other.mountpoint
+    # Only a place of the node's is kept: a user's mount never becomes one.
+    theirs = stuck("n1", "7", 4243)
+    theirs.evidence["cause"] = "user_mount"
+    assert place_of(theirs) is None
