@@ -114,7 +114,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         actions, spared = outage_of.spared(actions, findings, found)
         if notes is not None:
             notes += [o.line() for o in found]
-    published = _publish(node, mine, before, held, view, slurm, bool(drain))
+    published = _publish(node, mine, before, held, actions, view, slurm, bool(drain))
     if (reboot or new_boot) and slurm is not None:
         after, reboot = after_reboot.after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
                                       cfg.policy.resume_after, cfg.actions.release_after)
@@ -164,7 +164,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     return results
 
 
-def _publish(node: str, mine: list, before: dict, held: list, view, slurm, drained: bool) -> bool:
+def _publish(node: str, mine: list, before: dict, held: list, actions: list, view, slurm, drained: bool) -> bool:
     """Make the node's suspect mounts visible to the other nodes (decide/outage.py);
     True while its Comment names them. A drain of ours names them in its own update; a
     node the breaker holds back sets its Comment itself, once per change of the set;
@@ -180,7 +180,8 @@ def _publish(node: str, mine: list, before: dict, held: list, view, slurm, drain
         if mine:
             drain = next((a for a, _ in held if a.kind == "drain"), None)
             if drain is None or view is None or node not in view.infos:
-                return was or drained
+                # Drained (now, or before) the cause names them; without a drain (off) nothing does.
+                return was or drained or any(a.kind == "drain" for a in actions)
             info = view.infos[node]
             if [m[:3] for m in published(info)] != [m[:3] for m in mine]:
                 slurm.set_node_comment(node, f"{drain.cause} {without_our_cause(info.get(CAUSE_FIELD, ''))}".strip())
@@ -295,7 +296,7 @@ def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: State
     if back:
         # Drained in a storm by a run that read the cluster before the others drained.
         try:
-            _step_back(slurm, view, node)
+            _step_back(slurm, view, node, next((a.cause for a in risky if a.kind == "drain"), ""))
         except SlurmError:
             return [], view
         state.save("breaker", {"open": True, "why": back, "at": time.time()})
@@ -325,7 +326,7 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
         view = cluster_view(slurm, cfg.reason_prefix)
         why = step_back(view, node, cfg.policy)
         if why:
-            _step_back(slurm, view, node)
+            _step_back(slurm, view, node, drained[0].action.cause)
     except SlurmError:
         return results          # the drain stands; the next run re-reads
     if not why:
@@ -334,12 +335,16 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
     return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
 
 
-def _step_back(slurm, view, node: str) -> None:
-    """Resume our own drain, emptying the cause it recorded in the same update."""
-    from ..core.reason import is_our_cause
+def _step_back(slurm, view, node: str, keep: str = "") -> None:
+    """Resume our own drain, emptying the cause it recorded in the same update; `keep`:
+    a cause naming the node's suspect mounts, which stays for the others to read
+    (decide/outage.py): a node that stepped back is still a witness of the outage."""
+    from ..core.reason import is_our_cause, read_cause, without_our_cause
     from ..slurm.api import CAUSE_FIELD
-    if is_our_cause(view.infos.get(node, {}).get(CAUSE_FIELD, "")):
-        slurm.release(node, "RESUME")
+    text = view.infos.get(node, {}).get(CAUSE_FIELD, "")
+    keep = keep if (read_cause(keep) or {}).get("mounts") else ""
+    if is_our_cause(text) or keep:
+        slurm.release(node, "RESUME", f"{keep} {without_our_cause(text)}".strip())
     else:
         slurm.resume(node)
 

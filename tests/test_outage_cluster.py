@@ -1,0 +1,88 @@
+"""The storage of the whole cluster stops, then comes back, on the real cluster: one
+network mount (root's FUSE mount, allow_other; its server stops answering after INIT,
+so callers wait asleep in S), probed on all three nodes with `recover: fuse-abort` set,
+drain limit 1. An unprivileged user's job reads from it every step.
+
+The same mount hung on every node is one outage: no reboot and no abort anywhere, at
+most the breaker's drain, one outage named in the journal and `status`; once the
+storage answers every node is back in service by itself within three runs, and the
+job is not lost."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from attacker import PY
+from helpers import journal, write_node_configs
+from mounts_fixtures import start_fuse
+from test_security import mallory, mallory_session, sbatch_as  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.cluster
+INTERVAL = 3
+
+READER = """
+import os, sys, time
+fd = os.open(sys.argv[1] + "/shard", os.O_RDONLY)
+while True:
+    os.fsync(fd)
+    time.sleep(0.05)
+"""
+
+
+def actions(root, node, kind):
+    return [a for r in journal(root, node) for a in r["actions"] if a["kind"] == kind]
+
+
+def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster, mallory, mallory_session,  # noqa: F811
+                                                                   tmp_path):
+    cluster = clean_cluster
+    m = start_fuse(mallory_session.base / f"gpfs-{time.monotonic_ns()}", "ok")
+    try:
+        Path(m.path, "shard").write_bytes(b"x" * 8192)
+        marker = tmp_path / "rebooted"
+        reboot = tmp_path / "reboot-program"
+        reboot.write_text(f"#!/bin/sh\necho rebooted >> {marker}\n")
+        reboot.chmod(0o755)
+        fs = {"path": str(m.path), "mountpoint": str(m.path), "timeout": 1, "mode": "read",
+              "recover": {"method": "fuse-abort", "wait": 5}}
+        wrapper = write_node_configs(tmp_path, cluster, {}, {
+            "filesystems": [{"path": str(tmp_path)}, fs],
+            "stuck_tasks": {"grace": 2, "sample_window": 0.5},
+            "policy": {"resume_after": 1, "max_drained_nodes": 1, "max_drained_fraction": 0}})
+        reader = mallory.write("reader.py", READER, 0o644)
+        job = sbatch_as(mallory, cluster, f"exec {PY} {reader} {m.path}\n", "--requeue")
+        cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 30, what="the job running")
+        cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
+                            f"HealthCheckNodeState=ANY\nRebootProgram={reboot}\n")
+        frozen = time.monotonic()
+        m.stall()
+
+        def named():
+            return [n for node in cluster.nodes for r in journal(tmp_path, node) for n in r.get("notes", [])
+                    if n.startswith("outage of ") and " on 3 nodes since " in n]
+        cluster.wait_for(named, 8 * INTERVAL + 20, what="the outage named")
+        # Several failing runs on every node: still no abort, no reboot.
+        time.sleep(3 * INTERVAL)
+        for node in cluster.nodes:
+            assert not [a for a in actions(tmp_path, node, "recover") if a["outcome"] == "done"], node
+            assert not [a for a in actions(tmp_path, node, "reboot") if a["outcome"] == "done"], node
+        assert not marker.exists()
+        drained = [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)]
+        assert len(drained) <= 1, drained
+        held = [a for node in cluster.nodes for a in actions(tmp_path, node, "recover") + actions(tmp_path, node, "reboot")
+                if a["code"] == "outage"]
+        assert held, "no recovery or reboot was held for the outage"
+        # The storage answers: every node back in service within three runs.
+        m.resume()
+        answered = time.monotonic()
+        cluster.wait_for(lambda: not [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)],
+                         3 * INTERVAL + 15, what="every node back in service")
+        back = time.monotonic() - answered
+        # The job is not lost: running on, or requeued and running again.
+        cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 60, what="the job running again")
+        assert cluster.show_job(job).get("JobState") != "FAILED"
+        print(f"freeze {answered - frozen:.0f}s; back in service {back:.1f}s after the storage answered")
+    finally:
+        m.resume()
+        m.close()
