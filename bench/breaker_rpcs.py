@@ -1,6 +1,6 @@
 """What failing health checks cost slurmctld while the drain-storm breaker holds them.
 
-    flock /tmp/shk-pytest.lock .venv/bin/python bench/breaker_rpcs.py [--slurm-prefix=PREFIX] [--runs 16]
+    flock /tmp/shk-pytest.lock .venv/bin/python bench/breaker_rpcs.py [--slurm-prefix=PREFIX] [--runs 16] [--hung]
 
 A 32-node Slurm cluster on this host (tests/slurmcluster.py, as the scale tests start
 it), every node's health check failing (a configured filesystem that is not mounted),
@@ -12,6 +12,11 @@ request left out) give what each round cost, by message type; each run's journal
 what became of its drain (done, held, stepped back, skipped: already drained). With
 PREFIX (the 25.11 build) once per backend, scontrol and pyslurm; Debian's 22.05 without.
 Run it under the test suite's lock: it starts 32 slurmd.
+
+--hung: the failing filesystem is one FUSE mount (root's, on every node alike) whose
+server never answers, the storage's outage (decide/outage.py): each node names it in
+its Comment, a held node by one update of its own the first time; round 3 is one
+more, nothing changed.
 """
 from __future__ import annotations
 
@@ -50,26 +55,36 @@ def _round(c, nodes, conf_dir: Path, tmp: Path) -> tuple[dict, collections.Count
     return spent, outcomes
 
 
-def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path) -> list[dict]:
+def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: bool = False) -> list[dict]:
     from helpers import write_node_configs
     from slurmcluster import SlurmCluster
     out = []
     root = tmp / f"{backend or 'auto'}-{time.monotonic_ns()}"
+    mount = None
+    if hung:
+        from mounts_fixtures import start_fuse
+        mount = start_fuse(root / "gpfs", "unanswered")
+        fs = {"path": str(mount.path), "timeout": 2, "mode": "read"}
+    else:
+        fs = {"path": str(root / "absent" / "scratch"), "mountpoint": str(root / "absent")}
+    rounds = ("round 1: from none drained", "round 2: at the limit") + (("round 3: the same",) if hung else ())
     with SlurmCluster(root / "slurm", nodes=NODES, start_timeout=180.0, cluster_name="hooksrpc", prefix=prefix) as c:
         c.backend = backend
         conf_dir = root / "conf"
         write_node_configs(root, c, {}, {
             "slurm": c.hooks_slurm(timeout=20),
-            "filesystems": [{"path": str(root / "absent" / "scratch"), "mountpoint": str(root / "absent")}],
+            "filesystems": [fs],
             "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
             "prometheus_textfile_dir": None, "syslog": False,
             "policy": {"max_drained_nodes": LIMIT, "max_drained_fraction": 0}})
         nodes = NODES[:runs]
-        for name in ("round 1: from none drained", "round 2: at the limit"):
+        for name in rounds:
             spent, outcomes = _round(c, nodes, conf_dir, root)
             out.append({"slurm": c.version, "backend": backend or "auto", "round": name, "runs": len(nodes),
                         "rpcs": spent, "total": sum(spent.values()), "drains": dict(outcomes)})
         c.resume_all()
+    if mount is not None:
+        mount.close()
     return out
 
 
@@ -78,11 +93,11 @@ def main() -> int:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 16
     tmp = Path(tempfile.mkdtemp(prefix="shk-bench-rpcs-"))
     for backend in (("scontrol", "pyslurm") if prefix else ("scontrol",)):
-        for r in bench(prefix, backend, runs, tmp):
+        for r in bench(prefix, backend, runs, tmp, "--hung" in sys.argv):
             held = r["drains"].get("held", 0)
             print(f"Slurm {r['slurm']} {r['backend']:8} {r['round']:27} {r['runs']} runs: {r['total']} RPCs "
                   f"({r['total'] / r['runs']:.2f}/run) {r['rpcs']}; drains {r['drains']}")
-            if r["round"].startswith("round 2") and held == r["runs"] - r["drains"].get("skipped", 0):
+            if r["round"].startswith(("round 2", "round 3")) and held == r["runs"] - r["drains"].get("skipped", 0):
                 # Round 2: the drained nodes' runs skip (their drain is in place: 1 read
                 # each), every other run is held.
                 print(f"    every run held or skipped: {r['total'] / r['runs']:.2f} RPCs per run")

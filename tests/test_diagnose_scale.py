@@ -100,8 +100,10 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
         assert st.count("OUTAGE") == 1 and f"filesystem {hung_mount.path}: OUTAGE on {len(drained)} nodes" in st, st
         # What slurmctld paid for the first round (sdiag itself excluded), and what each
         # run cost: a held run reads the node list (1: REQUEST_NODE_INFO, no partition
-        # list); a run that drains also drains (1) and re-reads (1); one that then finds
-        # itself beyond the limit in the stable order undrains (1).
+        # list) and, the first time, names its suspect mount in its Comment (1: the
+        # others tell the outage by it); a run that drains also drains (1) and re-reads
+        # (1); one that then finds itself beyond the limit in the stable order undrains
+        # (1, keeping its suspect mount in the same update).
         # (slurmd's own messages to slurmctld, MESSAGE_NODE_REGISTRATION_STATUS, left out)
         spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
                  if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
@@ -109,26 +111,40 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
         for node, rec in first.items():
             [drain] = [a for a in rec["actions"] if a["kind"] == "drain"]
             stepped = drain["outcome"] == "held" and "stepped back" in drain["message"]
-            cost[node] = 1 if drain["outcome"] == "held" and not stepped else 3 if drain["outcome"] == "done" else 4
+            cost[node] = 2 if drain["outcome"] == "held" and not stepped else 3 if drain["outcome"] == "done" else 4
         print(f"RPCS {sum(spent.values())} for {len(cluster.nodes)} failing runs: {spent}; "
               f"per run: {sorted(collections.Counter(cost.values()).items())}")
         assert set(spent) <= set(NODE_RPCS) and "REQUEST_PARTITION_INFO" not in spent, spent
         drains = sum(1 for c in cost.values() if c >= 3)
         assert spent.get("REQUEST_NODE_INFO", 0) == len(cluster.nodes) + drains, (spent, cost)
-        assert spent.get("REQUEST_UPDATE_NODE", 0) == drains + sum(1 for c in cost.values() if c == 4), (spent, cost)
+        assert spent.get("REQUEST_UPDATE_NODE", 0) == drains + sum(1 for c in cost.values() if c in (2, 4)), (spent, cost)
         assert spent.get("REQUEST_NODE_INFO_SINGLE", 0) == 0, spent
         # Every run that does not step back after a real race costs at most 3; one that
         # does, 4 (its drain had to be visible before it could know it came too late).
         assert all(c <= 3 for c in cost.values() if c != 4), cost
+        # Every node, drained or held, names the mount: one outage of it on all of them.
+        [line] = [x for x in st.splitlines() if x.strip().startswith("outage of ")]
+        assert f" on {len(cluster.nodes)} nodes since " in line, st
+        # A second round: the held nodes name it already, nothing more to update.
+        cluster.run("sdiag", "-r")
+        before = sdiag_counts(cluster)
+        simultaneous_runs()
+        after = sdiag_counts(cluster)
+        spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
+                 if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
+        print(f"RPCS second round {sum(spent.values())} for {len(cluster.nodes)} failing runs: {spent}")
+        assert spent.get("REQUEST_NODE_INFO", 0) == len(cluster.nodes), spent
+        assert spent.get("REQUEST_UPDATE_NODE", 0) == 0 and "REQUEST_PARTITION_INFO" not in spent, spent
     finally:
         cluster.resume_all()
 
 
-def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_breaker_drains(
-        cluster32, hung_mount, tmp_path):
+def test_one_shared_mount_hung_on_16_nodes_is_an_outage_no_node_aborts(cluster32, hung_mount, tmp_path):
     """16 nodes with `recover: fuse-abort` on the same hung mount, two rounds of
-    simultaneous health checks (a probe must hang on consecutive runs): only the nodes
-    the breaker let drain recover, so 16 nodes never become 16 aborts."""
+    simultaneous health checks (a probe must hang on consecutive runs): the same mount
+    suspect on every node is the storage's outage, which no abort cures. No node
+    recovers; the nodes the breaker let drain hold their recovery back, naming the
+    outage."""
     cluster = cluster32
     limit = 3
     nodes = cluster.nodes[:16]
@@ -156,7 +172,12 @@ def test_one_shared_mount_hung_on_16_nodes_is_recovered_no_more_often_than_the_b
                     recoveries[node] = recoveries.get(node, 0) + sum(
                         1 for a in rec["actions"] if a["kind"] == "recover" and a["outcome"] == "done")
         tried = {n: k for n, k in recoveries.items() if k}
-        assert len(drained) == limit and 0 < len(tried) <= limit, (drained, tried)
-        assert set(tried) <= set(drained) and all(k == 1 for k in tried.values()), tried
+        assert len(drained) == limit and not tried, (drained, tried)
+        last = {n: [json.loads(x) for x in (tmp_path / f"journal-{n}.jsonl").read_text().splitlines()
+                    if json.loads(x).get("event") == "run"][-1] for n in drained}
+        for n, rec in last.items():
+            [a] = [a for a in rec["actions"] if a["kind"] == "recover"]
+            assert (a["outcome"], a["code"]) == ("held", "outage"), (n, a)
+            assert " on 16 nodes since " in a["message"], a["message"]
     finally:
         cluster.resume_all()

@@ -134,9 +134,11 @@ def test_epilog_after_a_failed_prolog_exits_0_on_slurms_drain(clean_cluster, hun
     assert run["job"] == str(job)
 
 
-def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, tmp_path):
+def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, stuck_mount, tmp_path):
     cluster = clean_cluster
-    stuck = subprocess.Popen([sys.executable, "-c", STUCK_WRITER, str(hung_mount.path), str(tmp_path)],
+    # n3's task is stuck on another storage than n1's hung mount: n3's own fault, not
+    # an outage of one storage both see (that would make n3's drain resumable).
+    stuck = subprocess.Popen([sys.executable, "-c", STUCK_WRITER, str(stuck_mount.path), str(tmp_path)],
                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wrapper = write_node_configs(tmp_path, cluster, {
@@ -149,7 +151,8 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1"), "fs ")
                          and ours(cluster.show_node("n3").get("Reason", ""), "stuck in "),
                          20, what="n1 and n3 drained by slurm-hooks")
-        hung_mount.close()              # the filesystem comes back (the stuck writer dies)
+        hung_mount.close()              # n1's filesystem comes back
+        stuck_mount.close()             # and n3's (the stuck writer dies)
         stuck.wait(timeout=10)
         cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n1"), 30, what="n1 resumed")
         # The run that resumed writes its journal line after the resume.
@@ -290,7 +293,9 @@ def test_undo_resumes_our_drains_and_takes_our_cause_out_of_the_comment(clean_cl
 
 def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
-    that drains costs the read, the drain and the re-read; a held run one read."""
+    that drains costs the read, the drain and the re-read; a held run one read, and the
+    first time one update naming its suspect mount in its Comment (the others tell the
+    storage's outage by it)."""
     cluster = clean_cluster
     cfg = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
            "policy": {"max_drained_nodes": 1, "max_drained_fraction": 0}}
@@ -307,11 +312,15 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
     # The next failing run of the drained node: the read shows the drain is in place.
     rec, spent = run("n1")
     assert [a["outcome"] for a in rec["actions"]] == ["skipped"] and spent == {"REQUEST_NODE_INFO": 1}, spent
-    # At the limit: held after one read.
+    # At the limit: held after one read, naming the suspect mount once.
     for node in ("n2", "n3"):
         rec, spent = run(node)
-        assert [a["outcome"] for a in rec["actions"]] == ["held"] and spent == {"REQUEST_NODE_INFO": 1}, spent
+        assert [a["outcome"] for a in rec["actions"]] == ["held"], rec["actions"]
+        assert spent == {"REQUEST_NODE_INFO": 1, "REQUEST_UPDATE_NODE": 1}, spent
         assert "DRAIN" not in cluster.node_state(node)
+        assert '"mounts":' in cluster.show_node(node).get("Comment", ""), cluster.show_node(node)
+    rec, spent = run("n2")
+    assert [a["outcome"] for a in rec["actions"]] == ["held"] and spent == {"REQUEST_NODE_INFO": 1}, spent
     # A node drained beyond the limit (a storm's run that read too early) steps back:
     # the read and its undrain.
     cluster.scontrol("update", "nodename=n3", "state=drain", f"reason=fs {hung_mount.path} read hung [slurm-hooks]")

@@ -9,12 +9,13 @@ storage answers every node is back in service by itself within three runs, and t
 job is not lost."""
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from attacker import PY
-from helpers import journal, write_node_configs
+from helpers import SLURM_HOOKS, journal, write_node_configs
 from mounts_fixtures import start_fuse
 from test_security import mallory, mallory_session, sbatch_as  # noqa: F401 (fixtures)
 
@@ -70,6 +71,11 @@ def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster
         assert not marker.exists()
         drained = [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)]
         assert len(drained) <= 1, drained
+        for node in drained:
+            # `explain` on the drained node names the scope: the storage's, not the node's.
+            out = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "conf" / f"{node}.yaml"), "explain"],
+                                 capture_output=True, text=True, timeout=60, env={"SLURMD_NODENAME": node}).stdout
+            assert "scope: outage of " in out and "auto-resume: yes" in out, out
         held = [a for node in cluster.nodes for a in actions(tmp_path, node, "recover") + actions(tmp_path, node, "reboot")
                 if a["code"] == "outage"]
         assert held, "no recovery or reboot was held for the outage"

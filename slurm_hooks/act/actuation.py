@@ -184,7 +184,10 @@ def _publish(node: str, mine: list, before: dict, held: list, actions: list, vie
                 return was or drained or any(a.kind == "drain" for a in actions)
             info = view.infos[node]
             if [m[:3] for m in published(info)] != [m[:3] for m in mine]:
-                slurm.set_node_comment(node, f"{drain.cause} {without_our_cause(info.get(CAUSE_FIELD, ''))}".strip())
+                text = f"{drain.cause} {without_our_cause(info.get(CAUSE_FIELD, ''))}".strip()
+                slurm.set_node_comment(node, text)
+                # What the node now is, for the rest of the run: no lookup of it again.
+                slurm.prime_node({**info, CAUSE_FIELD: text})
             return True
         if was and not drained:
             info = slurm.node_state(node) or {}

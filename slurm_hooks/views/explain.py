@@ -34,6 +34,12 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
         lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
                                          f"{drain.get('passes', 0)})" if drain.get("resumable")
                                          else "no: the cause needs a reboot or a human"))
+        # The scope: this node's fault, or the storage's outage (decide/outage.py), as
+        # the latest run found it; jobs first, then the mount, then the node.
+        scope = [n for n in (mine[-1].get("notes", []) if mine else []) if str(n).startswith("outage of ")]
+        lines.append("  scope: " + ("; ".join(scope) + ": the storage's, not this node's (no reboot or recovery "
+                                    "for it; jobs requeued, the node resumes once it answers)" if scope
+                                    else "this node (jobs first, then the mount's recovery, then a reboot)"))
         if decided is not None:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
