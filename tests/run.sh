@@ -28,6 +28,9 @@ pkgs+=(prometheus lintian rpmlint man-db bash-completion)
 # root's diagnose over ssh (an sshd on loopback for the session, tests/sshd.py), and a
 # real MPI job of an unprivileged user (mpi4py with Open MPI).
 pkgs+=(openssh-server openssh-client python3-mpi4py openmpi-bin)
+# A real FUSE network client this project did not write, hung under a user's job
+# (tests/test_fuse_client_cluster.py: rclone mount of an rclone serve webdav).
+pkgs+=(rclone)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

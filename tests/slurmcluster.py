@@ -1089,6 +1089,9 @@ class SlurmCluster:
                     self.scontrol("cancel_reboot", name, check=False)
                 if any(f in state for f in ("DRAIN", "DOWN", "FAIL", "REBOOT")):
                     self.scontrol("update", f"nodename={name}", "state=resume", check=False)
+                if "slurm-hooks:cause" in info.get("Comment", ""):
+                    # A suspect mount a held node named: the next test starts with none.
+                    self.scontrol("update", f"nodename={name}", "comment=", check=False)
 
         resume(self.show_nodes())
 
