@@ -109,6 +109,14 @@ def test_the_same_mount_hung_on_every_node_is_one_outage_that_ends_by_itself(tmp
     # At most one node-table read per failing run, no partition read, no update.
     assert c.slurm.calls == {"list_nodes_alone": 1}, c.slurm.calls
     assert c.state["n1"].load("drain")["resumable"] is True
+    # An epilog reads no node list: it honours the health check's last finding, and asks
+    # for no reboot in the outage either.
+    c.slurm.calls.clear()
+    epilog = take_actions(c.cfg["n1"], "n1", frozen["n1"], False, c.state["n1"], hook="epilog",
+                          open_backend=c.slurm.open)
+    held = [r for r in epilog if r.action.kind == "reboot"]
+    assert held and all(r.code == Code.OUTAGE for r in held), kinds(epilog)
+    assert "list_nodes_alone" not in c.slurm.calls and "reboot" not in c.slurm.calls, c.slurm.calls
     # Held nodes publish once, not run after run.
     c.slurm.calls.clear()
     c.run("n2", frozen["n2"])
@@ -196,9 +204,14 @@ def test_a_killed_task_keeps_the_place_an_earlier_run_proved():
     later = Stuck(sample=TaskSample(pid=4242, tid=4242, start=100, comm="python", state="D", uid=1001),
                   tids=[4242], seconds=30, ref=JobRef(job="7"), syscall="", cause="unproven",
                   wchan="fuse_flush", stack=["fuse_flush", "filp_flush", "do_exit"])
-    diag._remembered(later)
+    from types import SimpleNamespace
+    f = diag.finding(SimpleNamespace(node="n1"), later)
     assert (later.cause, later.mountpoint, later.source, later.syscall) == ("shared_filesystem", POINT, SOURCE, "")
     assert any("earlier run" in h for h in later.how)
+    # Still the node's stuck task of job 7 on the mount: it drains, and its drain
+    # replaces Slurm's `Kill task failed`.
+    assert (f.status, f.severity, f.job) == ("stuck", FAIL, "7") and "now in its exit path" in f.summary, f
+    assert outage.mount_of(f) == (SOURCE, FSTYPE, POINT)
     # Another task that got the same pid (another start time) proves nothing.
     other = Stuck(sample=TaskSample(pid=4242, tid=4242, start=999, comm="python", state="D", uid=1001),
                   tids=[4242], seconds=30, ref=None, cause="unproven")

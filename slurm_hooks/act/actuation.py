@@ -108,7 +108,10 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
     # The same mount suspect on other nodes: the storage's outage, not this node's fault.
-    found = outage_of.outages(view.infos, node, mine) if view is not None and mine else []
+    # An epilog reads no node list (Slurm's guide): it honours the health check's last
+    # finding, as it honours the breaker's.
+    found = (outage_of.outages(view.infos, node, mine) if view is not None
+             else outage_of.cached(before, mine, BREAKER_FRESH)) if mine else []
     spared: list = []
     if found:
         actions, spared = outage_of.spared(actions, findings, found)
@@ -150,7 +153,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
             # The storage's outage drained it: back in service once its runs pass.
             drain = dict(drain, resumable=True)
         if mine or published:
-            state.save(SUSPECTS, {"mounts": mine, "published": published})
+            state.save(SUSPECTS, {"mounts": mine, "published": published,
+                                  **outage_of.cache(found, before, view is not None)})
         elif before:
             state.delete(SUSPECTS)
         if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)

@@ -65,11 +65,9 @@ def mount_of(f: Finding) -> tuple[str, str, str] | None:
     ev = f.evidence
     if f.severity != FAIL or not ev.get("network") or not ev.get("source"):
         return None
-    if has_role(f.check, MOUNT_PROBE) and f.status == "hung":
-        pass
-    elif has_role(f.check, STUCK_TASK) and f.status == "stuck" and ev.get("cause") == "shared_filesystem":
-        pass
-    else:
+    probe = has_role(f.check, MOUNT_PROBE) and f.status == "hung"
+    task = has_role(f.check, STUCK_TASK) and f.status == "stuck" and ev.get("cause") == "shared_filesystem"
+    if not probe and not task:
         return None
     return (str(ev["source"]), str(ev.get("fstype") or ""), str(ev.get("mountpoint") or ""))
 
@@ -117,6 +115,28 @@ def outages(infos: dict, node: str | None, mine: list[list[str]] | None = None) 
     out = [o for k, o in sorted(seen.items()) if len(o.nodes) >= 2 and (wanted is None or k in wanted)]
     for o in out:
         o.nodes.sort()
+    return out
+
+
+def cache(found: list[Outage], before: dict, fresh: bool) -> dict:
+    """What the suspect-mounts record keeps of the outages for a hook that reads no node
+    list: this run's, when it read the cluster, else the earlier record's as it was."""
+    from ..core.records import asdict
+    if not fresh:
+        return {k: before[k] for k in ("outages", "at") if k in before}
+    return {"outages": [asdict(o) for o in found], "at": time.time()}
+
+
+def cached(before: dict, mine: list[list[str]], max_age: float) -> list[Outage]:
+    """The outages a health check found lately (at most `max_age` ago) among `mine`."""
+    if time.time() - float(before.get("at") or 0) > max_age:
+        return []
+    keys = {(m[0], m[1]) for m in mine}
+    out = []
+    for o in before.get("outages") or []:
+        if isinstance(o, dict) and (o.get("source"), o.get("fstype")) in keys:
+            out.append(Outage(source=str(o["source"]), fstype=str(o["fstype"]), mountpoint=str(o.get("mountpoint") or ""),
+                              nodes=[str(n) for n in o.get("nodes") or []], since=str(o.get("since") or "")))
     return out
 
 

@@ -36,7 +36,9 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
                                          else "no: the cause needs a reboot or a human"))
         # The scope: this node's fault, or the storage's outage (decide/outage.py), as
         # the latest run found it; jobs first, then the mount, then the node.
-        scope = [n for n in (mine[-1].get("notes", []) if mine else []) if str(n).startswith("outage of ")]
+        # (The last failing run's word: passing runs after it say nothing of the cause.)
+        failing: dict = next((r for r in reversed(mine) if r.get("status") == "unhealthy"), {})
+        scope = [n for n in failing.get("notes", []) if str(n).startswith("outage of ")]
         lines.append("  scope: " + ("; ".join(scope) + ": the storage's, not this node's (no reboot or recovery "
                                     "for it; jobs requeued, the node resumes once it answers)" if scope
                                     else "this node (jobs first, then the mount's recovery, then a reboot)"))
