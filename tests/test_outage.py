@@ -212,6 +212,12 @@ def test_a_killed_task_keeps_the_place_an_earlier_run_proved():
     # replaces Slurm's `Kill task failed`.
     assert (f.status, f.severity, f.job) == ("stuck", FAIL, "7") and "now in its exit path" in f.summary, f
     assert outage.mount_of(f) == (SOURCE, FSTYPE, POINT)
+    # Slurm moved the task it gave up killing out of the job's cgroup: the job the
+    # cgroup named in the earlier run stays its job, and the finding still drains.
+    moved = Stuck(sample=TaskSample(pid=4242, tid=4242, start=100, comm="python", state="D", uid=1001),
+                  tids=[4242], seconds=30, ref=None, syscall="", cause="unproven", wchan="fuse_flush")
+    g = diag.finding(SimpleNamespace(node="n1"), moved)
+    assert (g.status, g.severity, g.job) == ("stuck", FAIL, "7") and g.reason.startswith("job 7 stuck in "), g
     # Another task that got the same pid (another start time) proves nothing.
     other = Stuck(sample=TaskSample(pid=4242, tid=4242, start=999, comm="python", state="D", uid=1001),
                   tids=[4242], seconds=30, ref=None, cause="unproven")
@@ -221,3 +227,33 @@ def test_a_killed_task_keeps_the_place_an_earlier_run_proved():
     theirs = stuck("n1", "7", 4243)
     theirs.evidence["cause"] = "user_mount"
     assert place_of(theirs) is None
+
+
+def test_the_metrics_name_the_outage_and_a_lone_hang_is_none(tmp_path):
+    """The textfile's outage series come from what the run's actions found: on each node
+    of the outage, the mount and how many nodes it hangs on; nothing on a node whose
+    hang is its own, nor once the storage answers."""
+    from promseries import parse
+
+    from slurm_hooks.core.model import CheckRun, RunRecord
+    from slurm_hooks.sinks.metrics import render
+    from slurm_hooks.sinks.record import _outages
+
+    def series(node, findings):
+        record = RunRecord(hook="healthcheck", node=node, config="-", started=time.time(),
+                           checks=[CheckRun("filesystem", 0.1, findings)])
+        text = render(record, {}, None, outages=_outages(record, c.state[node]))
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parse(text)
+                if s.name.startswith("slurm_hooks_storage_outage")}
+
+    c = Cluster(tmp_path)
+    c.run("n1", [probe_hung()])
+    assert series("n1", [probe_hung()]) == {}          # suspect here alone: no outage
+    c.run("n2", [probe_hung()])
+    c.run("n1", [probe_hung()])
+    where = (("fstype", FSTYPE), ("mountpoint", POINT), ("node", "n1"), ("source", SOURCE))
+    got = series("n1", [probe_hung()])
+    assert got[("slurm_hooks_storage_outage_nodes", where)] == 2, got
+    assert abs(got[("slurm_hooks_storage_outage_since_timestamp_seconds", where)] - time.time()) < 60, got
+    c.run("n1", [])
+    assert series("n1", []) == {}

@@ -17,6 +17,7 @@ import pytest
 from attacker import PY
 from helpers import SLURM_HOOKS, journal, write_node_configs
 from mounts_fixtures import start_fuse
+from promseries import alert, input_series, parse, promtool_test
 from test_security import mallory, mallory_session, sbatch_as  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cluster
@@ -47,7 +48,10 @@ def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster
         reboot.chmod(0o755)
         fs = {"path": str(m.path), "mountpoint": str(m.path), "timeout": 1, "mode": "read",
               "recover": {"method": "fuse-abort", "wait": 5}}
+        textfiles = tmp_path / "textfile"
+        textfiles.mkdir(mode=0o755)
         wrapper = write_node_configs(tmp_path, cluster, {}, {
+            "prometheus_textfile_dir": str(textfiles),
             "filesystems": [{"path": str(tmp_path)}, fs],
             "stuck_tasks": {"grace": 2, "sample_window": 0.5},
             "policy": {"resume_after": 1, "max_drained_nodes": 1, "max_drained_fraction": 0}})
@@ -69,6 +73,26 @@ def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster
             assert not [a for a in actions(tmp_path, node, "recover") if a["outcome"] == "done"], node
             assert not [a for a in actions(tmp_path, node, "reboot") if a["outcome"] == "done"], node
         assert not marker.exists()
+        # The metrics name it on every node, and one alert for the mount, not the
+        # nodes' filesystem alerts.
+        [line] = set(named())
+        snaps = {n: parse((textfiles / f"slurm_hooks_{n}.prom").read_text()) for n in cluster.nodes}
+        for node, snap in snaps.items():
+            [o] = [s for s in snap if s.name == "slurm_hooks_storage_outage_nodes"]
+            assert o.value == 3 and o.labels["mountpoint"] == str(m.path), (node, o)
+            assert line.startswith(f"outage of {o.labels['source']} ({m.path}) on 3 nodes since "), (line, o)
+        promtool_test(tmp_path, [{
+            "interval": "1m",
+            "input_series": [s for n, snap in snaps.items() for s in input_series([(0, snap)], n, 5)],
+            "alert_rule_test": [
+                {"eval_time": "3m", "alertname": "SlurmHooksStorageOutage",
+                 "exp_alerts": [alert("SlurmHooksStorageOutage",
+                                      f"outage of {o.labels['source']} ({m.path}) on 3 nodes since "
+                                      "1970-01-01 00:00:00 +0000 UTC",
+                                      **{k: o.labels[k] for k in ("source", "fstype", "mountpoint")})]},
+                {"eval_time": "3m", "alertname": "SlurmHooksFilesystemOutage", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "SlurmHooksFilesystemFailing", "exp_alerts": []},
+            ]}])
         drained = [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)]
         assert len(drained) <= 1, drained
         for node in drained:
@@ -88,7 +112,8 @@ def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster
         # The job is not lost: running on, or requeued and running again.
         cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 60, what="the job running again")
         assert cluster.show_job(job).get("JobState") != "FAILED"
-        print(f"freeze {answered - frozen:.0f}s; back in service {back:.1f}s after the storage answered")
+        print(f"freeze {answered - frozen:.0f}s; back in service {back:.1f}s after the storage answered; "
+              f"job restarts {cluster.show_job(job).get('Restarts')}")
     finally:
         m.resume()
         m.close()

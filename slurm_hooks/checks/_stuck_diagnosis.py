@@ -382,6 +382,12 @@ class Diagnosis:
         d.mount_dev, d.source = str(was.get("mount_dev") or ""), str(was.get("source") or "")
         d.network = bool(was.get("network"))
         d.syscall = then
+        if d.ref is None and was.get("job"):
+            # Slurm moves the tasks it gave up killing out of the job's cgroup (22.05:
+            # to the root): the job the cgroup named while the task was alive stays its.
+            d.ref = JobRef(job=str(was["job"]), uid=d.sample.uid)
+            d.how.append(f"job {d.ref.job} named by the job's cgroup in that run; Slurm has since moved "
+                         "the task out of it")
 
     def corroborated(self, ctx: Context, watching: list, hung: dict, kernel: dict, out: list) -> list:
         """A task seen twice in D, proven (by the kernel's ids) to wait on a mount whose
@@ -649,8 +655,8 @@ class Diagnosis:
             d.mount_owner = place.owner_uid
 
     def finding(self, ctx: Context, d: Stuck, after_end: bool = False) -> Finding | None:
-        s, ref = d.sample, d.ref
         self._remembered(d)
+        s, ref = d.sample, d.ref
         # User-chosen bytes, written out (\x1b) before any of them is shortened or joined.
         d.file, d.cmdline = printable(d.file), printable(d.cmdline)
         call = f"{d.syscall}()" if d.syscall and d.syscall not in ("page fault", "running") else (d.syscall or "the kernel")

@@ -43,6 +43,12 @@ class Outage:
     def key(self) -> tuple[str, str]:
         return (self.source, self.fstype)
 
+    def epoch(self) -> float | None:
+        try:
+            return _epoch(self.since)
+        except ValueError:
+            return None
+
     def line(self) -> str:
         return f"outage of {self.source} ({self.mountpoint}) on {len(self.nodes)} nodes since {hhmm(self.since)}"
 

@@ -20,6 +20,8 @@ Series:
   slurm_hooks_last_success_timestamp_seconds{node,hook}    last run that was not unhealthy
   slurm_hooks_actions_total{node,kind,outcome}             counter, kept across runs
   slurm_hooks_recoveries_total{node,mount,outcome}         counter: recovered, failed (act/recovery.py)
+  slurm_hooks_storage_outage_nodes{node,source,fstype,mountpoint}   nodes the same suspect mount hangs on
+  slurm_hooks_storage_outage_since_timestamp_seconds{node,source,fstype,mountpoint}   its first sighting
 """
 from __future__ import annotations
 
@@ -46,6 +48,10 @@ _TAIL = {
     "slurm_hooks_actions_total": ("counter", "Actions slurm-hooks took or tried, by kind and outcome."),
     "slurm_hooks_recoveries_total": ("counter", "Recoveries of a hung mount without a reboot, by mount and "
                                      "outcome (recovered, failed: the reboot follows)."),
+    "slurm_hooks_storage_outage_nodes": ("gauge", "Nodes on which the same network mount (source, fstype) "
+                                         "is suspect at once, this one among them: the storage's outage."),
+    "slurm_hooks_storage_outage_since_timestamp_seconds": ("gauge", "When the outage's earliest node first "
+                                                           "saw the mount suspect (Unix time)."),
 }
 
 
@@ -85,7 +91,7 @@ def _labels(labels: dict) -> str:
 
 
 def render(record: RunRecord, counters: dict, last_success: float | None, drained: str | None = None,
-           recoveries: dict | None = None) -> str:
+           recoveries: dict | None = None, outages: list | None = None) -> str:
     node, hook = record.node, record.hook
     table = help_table([c.name for c in record.checks])
     samples: dict[str, list[tuple[dict, float]]] = {name: [] for name in table}
@@ -113,6 +119,12 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
     for key, n in sorted((recoveries or {}).items()):
         mount, _, outcome = key.rpartition("|")
         add("slurm_hooks_recoveries_total", n, mount=mount, outcome=outcome)
+    for o in outages or []:
+        where = {"source": o.source, "fstype": o.fstype, "mountpoint": o.mountpoint}
+        add("slurm_hooks_storage_outage_nodes", len(o.nodes), **where)
+        since = o.epoch()
+        if since is not None:
+            add("slurm_hooks_storage_outage_since_timestamp_seconds", since, **where)
 
     out = []
     for name, (kind, text) in table.items():

@@ -96,9 +96,22 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
         from .metrics import render, write
         err = write(cfg.prometheus_textfile_dir or "", record.node,
                     render(record, counters, last_success.get(record.hook),
-                           drained=state.load("drain").get("reason"), recoveries=recoveries))
+                           drained=state.load("drain").get("reason"), recoveries=recoveries,
+                           outages=_outages(record, state)))
         if err and err not in record.local_errors:
             record.local_errors.append(err)
+
+
+def _outages(record: RunRecord, state) -> list:
+    """The storage outages this run's actions found (decide/outage.py), as its
+    suspect-mounts record keeps them; none on a run with nothing suspect."""
+    if record.status != UNHEALTHY or not state.exists("suspects"):
+        return []
+    from ..act.actuation import BREAKER_FRESH
+    from ..decide.outage import cached
+    saved = state.load("suspects")
+    return cached(saved, [m for m in saved.get("mounts") or [] if isinstance(m, list) and len(m) >= 2],
+                  BREAKER_FRESH)
 
 
 def report_local(cfg: Config, hook: str, errors: list[str]) -> None:
