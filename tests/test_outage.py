@@ -257,3 +257,19 @@ def test_the_metrics_name_the_outage_and_a_lone_hang_is_none(tmp_path):
     assert abs(got[("slurm_hooks_storage_outage_since_timestamp_seconds", where)] - time.time()) < 60, got
     c.run("n1", [])
     assert series("n1", []) == {}
+
+
+def test_a_mount_the_site_marks_as_the_nodes_own_is_never_an_outage(tmp_path):
+    """`scope: node`: the same source hung on two nodes is two nodes' own faults (a
+    per-node client under one name everywhere): each still gets its reboot."""
+    from slurm_hooks.checks.filesystem import FilesystemConfig
+    c = Cluster(tmp_path, max_drained_nodes=3)
+    for n in NODES:
+        c.cfg[n].filesystems[:] = [FilesystemConfig(path=f"{POINT}/probe", mountpoint=POINT, scope="node")]
+    job = c.slurm.add_job("n1,n2")
+    for i, n in enumerate(("n1", "n2")):
+        c.run(n, [probe_hung(), stuck(n, job, 100 + i)])
+        assert read_cause(c.slurm.node_state(n)["Comment"]).get("mounts") in (None, []), c.slurm.node_state(n)
+    second = c.run("n1", [probe_hung(), stuck("n1", job, 100, killed=True)])
+    assert ("reboot", "done", "") in kinds(second), kinds(second)
+    assert not any("outage" in n for n in c.notes["n1"])

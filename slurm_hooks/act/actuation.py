@@ -77,7 +77,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     ledger = state.load(LEDGER)
     before = state.load(SUSPECTS)
     mine = outage_of.suspects(findings, {f"{m[0]} {m[1]}": m[3] for m in before.get("mounts", [])
-                                         if isinstance(m, list) and len(m) >= 4})
+                                         if isinstance(m, list) and len(m) >= 4},
+                              node_scope=tuple(fs.path for fs in cfg.filesystems if fs.scope == "node"))
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace,
                             suspects=mine)
     if run.acts_by_exit:

@@ -90,6 +90,12 @@ class FilesystemConfig:
                                         "Default: filesystem_defaults.payload_bytes.")
     required: bool = setting(True, kind="bool",
                              doc="A failure drains the node (true) or is only reported (false).")
+    scope: str = setting("shared", kind="enum", choices=("shared", "node"),
+                         doc="Whose the storage is. shared: a network mount's hang seen on other "
+                         "nodes too is the storage's outage (no reboot or recovery for it; "
+                         "docs/recovery.md). node: this node's own (a per-node FUSE client or export "
+                         "under the same name everywhere): a hang on the mount that holds this path "
+                         "is always this node's fault.")
     recover: RecoverConfig = setting(kind="section", cls=RecoverConfig,
                                      doc="Recovery without a reboot (opt-in): docs/recovery.md.")
 

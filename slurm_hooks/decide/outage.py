@@ -78,18 +78,28 @@ def mount_of(f: Finding) -> tuple[str, str, str] | None:
     return (str(ev["source"]), str(ev.get("fstype") or ""), str(ev.get("mountpoint") or ""))
 
 
-def suspects(findings: list[Finding], first_seen: dict, now: float | None = None) -> list[list[str]]:
+def suspects(findings: list[Finding], first_seen: dict, now: float | None = None,
+             node_scope: tuple[str, ...] = ()) -> list[list[str]]:
     """[[source, fstype, mountpoint, since]] of this run's suspect mounts, sorted;
-    `first_seen`: "source fstype" -> since, from the runs before (kept in state)."""
+    `first_seen`: "source fstype" -> since, from the runs before (kept in state);
+    `node_scope`: paths the site marks as this node's own storage (`scope: node`): the
+    mounts that hold them are never suspect of an outage."""
     now = time.time() if now is None else now
     out: dict[tuple[str, str], list[str]] = {}
     for f in findings:
         m = mount_of(f)
-        if m is None or m[:2] in out:
+        if m is None or m[:2] in out or any(_holds(m[2], p) for p in node_scope):
             continue
         since = first_seen.get(f"{m[0]} {m[1]}") or time.strftime(SINCE_FORMAT, time.gmtime(now))
         out[m[:2]] = [m[0], m[1], m[2], since]
     return [out[k] for k in sorted(out)]
+
+
+def _holds(mountpoint: str, path: str) -> bool:
+    if not mountpoint:
+        return False
+    top = mountpoint.rstrip("/")
+    return path == mountpoint or path.startswith(top + "/")
 
 
 def published(info: dict) -> list[list[str]]:
