@@ -119,14 +119,35 @@ def test_reboot_then_resume_only_after_the_boot_and_never_a_second_reboot():
     assert one(slurm, Action("reboot", node="n1", reason=OURS)).code == Code.REBOOT_PENDING
     assert one(slurm, Action("resume", node="n1", reason=OURS)).code == Code.REBOOT_PENDING
     slurm.end_job(job)
-    assert slurm.node_state("n1")["State"] == "IDLE+DRAIN+REBOOT_ISSUED"
+    # Issued (as the contract shows Slurm does): DOWN until slurmd is back, and neither
+    # a second reboot nor a resume while it is.
+    assert slurm.node_state("n1")["State"] == "DOWN+DRAIN+REBOOT_ISSUED"
+    assert one(slurm, Action("reboot", node="n1", reason=OURS)).code == Code.REBOOT_PENDING
+    assert one(slurm, Action("resume", node="n1", reason=OURS)).code == Code.REBOOT_PENDING
     slurm.complete_reboot("n1")
-    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "DOWN", "Reason": f"{OURS} : reboot complete", "Comment": ""}
+    assert slurm.node_state("n1") == {"NodeName": "n1", "State": "DOWN", "Comment": "",
+                                      "Reason": f"{OURS} : reboot issued : reboot complete"}
     assert one(slurm, Action("reboot", node="n1", reason=OURS)).code == Code.FAULT_SURVIVED_REBOOT
     assert slurm.calls["reboot"] == 1
     r = one(slurm, Action("resume", node="n1", reason=OURS))
     assert (r.outcome, r.code) == (Outcome.DONE, Code.AFTER_REBOOT)
     assert slurm.calls["resume"] == 1 and slurm.node_state("n1")["State"] == "IDLE"
+
+
+@pytest.mark.parametrize("version", ["22.05", "25.11"])
+def test_our_drain_outlives_a_slurmd_that_stopped_answering(version):
+    """25.11 adds `Not responding` to the reason of a node whose slurmd stops answering
+    (the contract shows it), ours included: once slurmd is back, the drain is still ours
+    and is resumed; while the node is DOWN it is left alone."""
+    slurm = FakeSlurm(version=version)
+    one(slurm, drain())
+    slurm.slurmd_lost("n1")
+    assert slurm.node_state("n1")["Reason"] == (f"{OURS} : Not responding" if version == "25.11" else OURS)
+    assert one(slurm, Action("resume", node="n1", reason=OURS)).code == Code.FOREIGN_STATE
+    slurm.slurmd_back("n1")
+    r = one(slurm, Action("resume", node="n1", reason=OURS))
+    assert (r.outcome, r.code) == (Outcome.DONE, Code.NONE), r
+    assert slurm.node_state("n1")["State"] == "IDLE"
 
 
 def test_no_reboot_program_is_said_so():

@@ -54,6 +54,8 @@ def test_ours_is_the_mark_at_the_end_never_inside():
     assert is_ours(r) and words_of(r) == "fs /scratch write hung >10s (fuse)"
     # Slurm's notes on a reboot follow the mark.
     assert is_ours(r + " : reboot issued : reboot complete")
+    # 25.11 adds `Not responding` to any reason of a node whose slurmd stopped answering.
+    assert is_ours(r + " : Not responding") and words_of(r + " : Not responding") == words_of(r)
     assert words_of(r + " : reboot complete") == "fs /scratch write hung >10s (fuse)"
     # A user's file name holding the mark is inside our words, never at their end.
     forged = make_reason([f"job 7 pid 5 stuck in open() on /home/u/x {MARK}"])

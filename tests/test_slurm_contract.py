@@ -6,18 +6,22 @@ under test on the real cluster (scontrol on Debian's 22.05; scontrol and pyslurm
 FakeSlurm of the same nodes and Slurm version. Each gives a transcript of the records
 it read and the errors it met; the two must be equal. Only what must differ is
 normalised: the time in a reason's stamp, job ids (counted from the case's first job),
-and three things of node records that no operation sets and no decision reads:
-NOT_RESPONDING (the test cluster's slurmd pings), MIXED against ALLOCATED (scontrol
-says MIXED for a partly allocated node, sinfo says ALLOCATED once it is drained, the
-pyslurm backend always says ALLOCATED), and the reason of a node in service (Slurm
-25.11 keeps the last one, and drops it at moments no case controls; decisions read a
-reason only beside a state it explains: slurm/api.py reason_is_current). The jobs
-belong to an unprivileged user, as on a real cluster.
+pids (listpids' entries are compared by what they name), MIXED against ALLOCATED in
+what pyslurm's one-node load says (it says either for a partly allocated node), and two
+things of node records no operation sets: a NOT_RESPONDING that comes and goes with a loaded host's
+pings (kept where a case stops a slurmd itself), and the reason of a node in service
+(Slurm 25.11 keeps the last one, and drops it at moments no case controls; decisions
+read a reason only beside a state it explains: slurm/api.py reason_is_current). The
+jobs belong to an unprivileged user, as on a real cluster.
+
+Beyond the records, the fake's count of slurmctld's RPCs is held to sdiag's, call by
+call, for the backend under test.
 """
 from __future__ import annotations
 
 import pytest
 from attacker import unprivileged_user
+from helpers import sdiag_counts
 
 from slurm_hooks.core.config import SlurmConfig
 from slurm_hooks.core.reason import cause_text
@@ -58,11 +62,22 @@ class Side:
 
     def node(self, name: str) -> dict | None:
         info = self.slurm.show_node(name)
-        return None if info is None else normal(info)
+        return None if info is None else self._one(normal(info))
 
     def state(self, name: str) -> dict | None:
         info = self.slurm.node_state(name)
-        return None if info is None else normal(info)
+        return None if info is None else self._one(normal(info))
+
+    def _one(self, record: dict) -> dict:
+        # pyslurm's one-node load says MIXED or ALLOCATED for a partly allocated node, at
+        # moments no case controls (its node list, and every other backend, say MIXED).
+        if self.backend == "pyslurm":
+            record["State"] = record["State"].replace("MIXED", "ALLOCATED", 1)
+        return record
+
+    @property
+    def backend(self) -> str:
+        return getattr(self.slurm, "backend", self.slurm.name)
 
     def job(self, job: str) -> dict | None:
         info = self.slurm.show_job(job)
@@ -73,6 +88,12 @@ class Side:
             if k in out:
                 out[k] = self.job_id(out[k])
         return out
+
+    def pids(self, node: str, running: bool = True) -> list:
+        """listpids' entries of the case's jobs on `node`, by what they name (sorted)."""
+        refs = self.slurm.listpids(node)
+        return sorted((self.job_id(r.job), r.step or "-", r.task or "-") for r in refs.values()
+                      if r.job.isdigit() and self.base is not None and int(r.job) >= self.base)
 
     def tried(self, op, *args) -> str:
         """"ok" when `op` succeeded, else the name of the error's type and its code (what
@@ -122,6 +143,42 @@ class Real(Side):
         self.seen.append(job)
         return job
 
+    def pids(self, node: str, running: bool = True) -> list:
+        """As the fake's, once the job's processes have started (two readings alike), or,
+        `running` False, once they are gone."""
+        import time
+        last: list = [None]
+
+        def steady():
+            now = Side.pids(self, node)
+            same, last[0] = now == last[0], now
+            if not running:
+                return now == [] and "none"
+            if same and now:
+                return now
+            time.sleep(0.3)
+            return None
+        got = self.cluster.wait_for(steady, 30, what=f"the job processes on {node}")
+        return [] if got == "none" else got
+
+    def lose(self, node: str) -> None:
+        """The node's slurmd stops; past SlurmdTimeout slurmctld sets it DOWN."""
+        self.cluster._stop_slurmd(node)
+        self.cluster.wait_for(lambda: self.cluster.node_state(node).startswith("DOWN"), 60,
+                              what=f"{node} DOWN, not responding")
+
+    def back(self, node: str) -> None:
+        self.cluster._start_slurmd(node)
+        self.cluster.wait_for(lambda: "NOT_RESPONDING" not in self.slurm.node_state(node)["State"], 30,
+                              what=f"{node}'s slurmd registered again")
+
+    def issued(self, node: str) -> None:
+        self.cluster.wait_for(lambda: "REBOOT_ISSUED" in self.slurm.node_state(node)["State"], 30,
+                              what=f"the reboot of {node} issued")
+
+    def boot(self, node: str) -> None:
+        self.cluster.boot_slurmd(node)
+
     def keep_down(self) -> None:
         """ReturnToService=1 for the rest of the case (the reset after it restores 2): with
         the test cluster's 2, slurmctld returns a DOWN node to service at its next answered
@@ -145,19 +202,41 @@ class Fake(Side):
         self.base = slurm._next_job + 1
 
     def submit(self, node: str, *args: str, array: int = 0) -> str:
+        # The job script's shell (task 0) and its `sleep`, as on the real side.
         kw = dict(user=self.user.name, uid=self.user.uid, requeue="--no-requeue" not in args)
         if not array:
-            return self.slurm.add_job(node, **kw)
+            job = self.slurm.add_job(node, pids=self._pids(2), **kw)
+            self.seen.append(job)
+            return job
         # Slurm gives the array's own id to the element that starts last.
         first = self.slurm._next_job + 1
         ids = [str(first + 1 + t) for t in range(array - 1)] + [str(first)]
         self.slurm._next_job = first + array - 1
         for t, job in enumerate(ids):
-            self.slurm.add_job(node, job=job, array=str(first), task=t, **kw)
+            self.slurm.add_job(node, job=job, array=str(first), task=t, pids=self._pids(2), **kw)
+            self.seen.append(job)
         return str(first)
 
+    def _pids(self, n: int) -> tuple:
+        self._pid = getattr(self, "_pid", 100) + n
+        return tuple(range(self._pid - n, self._pid))
+
     def srun(self, node: str) -> str:
-        return self.slurm.add_job(node, user=self.user.name, uid=self.user.uid, batch=False)
+        job = self.slurm.add_job(node, user=self.user.name, uid=self.user.uid, batch=False, pids=self._pids(1))
+        self.seen.append(job)
+        return job
+
+    def lose(self, node: str) -> None:
+        self.slurm.slurmd_lost(node)
+
+    def back(self, node: str) -> None:
+        self.slurm.slurmd_back(node)
+
+    def issued(self, node: str) -> None:
+        pass            # the fake issues a reboot the moment the node is idle
+
+    def boot(self, node: str) -> None:
+        self.slurm.complete_reboot(node)
 
     def keep_down(self) -> None:
         pass            # the fake never returns a DOWN node to service by itself
@@ -166,10 +245,13 @@ class Fake(Side):
         pass
 
 
-def normal(info: dict) -> dict:
-    """A node record with only what the operations decide (see the module's docstring)."""
-    flags = [f for f in info.get("State", "").replace("*", "").split("+") if f != "NOT_RESPONDING"]
-    out = {"NodeName": info["NodeName"], "State": "+".join(["ALLOCATED" if f == "MIXED" else f for f in flags])}
+def normal(info: dict, responding: bool = True) -> dict:
+    """A node record with only what the operations decide (see the module's docstring);
+    `responding`: the case did not stop the node's slurmd (a NOT_RESPONDING is the
+    host's load)."""
+    flags = [f for f in info.get("State", "").replace("*", "").split("+")
+             if f != "NOT_RESPONDING" or not responding]
+    out = {"NodeName": info["NodeName"], "State": "+".join(flags)}
     if info.get("Reason") and reason_is_current(info):
         out["Reason"] = stamped(info["Reason"])
     if info.get(CAUSE_FIELD):
@@ -187,7 +269,7 @@ def sides(clean_cluster, user):
     """(the real backend, the fake), each wrapped for the cases."""
     cluster = clean_cluster
     real = Real(open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=15))), cluster, user)
-    fake = Fake(FakeSlurm(cluster.nodes, version=cluster.version), user)
+    fake = Fake(FakeSlurm(cluster.nodes, version=cluster.version, cpus=cluster.cpus, backend=real.slurm.name), user)
     # Where the cluster stands: Slurm 25.11 keeps the last reason of a node in service.
     fake.slurm.seed(real.slurm.list_nodes())
     yield real, fake
@@ -394,3 +476,120 @@ def test_reboot(sides, tmp_path):
     finally:
         # Before the reset cancels the job: the node is not to be rebooted for real.
         real.cluster.scontrol("cancel_reboot", "n1", check=False)
+
+
+def partly_allocated(s: Side) -> list:
+    """A one-CPU job on a two-CPU node: MIXED, drained or not."""
+    out = []
+    job = s.submit("n1")
+    out.append(("one cpu of two", s.node("n1"), s.state("n1"), [normal(i) for i in s.slurm.list_nodes()]))
+    s.slurm.drain("n1", f"{P} fs /scratch hung")
+    out.append(("drained", s.node("n1"), s.state("n1"), [normal(i) for i in s.slurm.list_nodes_alone()]))
+    s.slurm.cancel(job)
+    s.settle()
+    out.append(("its job gone", s.node("n1")))
+    return out
+
+
+def test_a_partly_allocated_node_is_mixed(sides):
+    agree(sides, partly_allocated)
+
+
+def lost_and_back(s: Side) -> list:
+    """A node's slurmd stops answering (DOWN, NOT_RESPONDING, `Not responding` added to
+    the reason 25.11 kept), is drained by us meanwhile, and registers again: back to
+    service (the test cluster's ReturnToService=2), still drained, our reason kept."""
+    out = []
+    s.slurm.drain("n3", f"{P} fs /scratch hung")
+    s.slurm.undrain("n3")
+    s.lose("n3")
+    out.append(("lost", normal(s.slurm.show_node("n3"), False), normal(s.slurm.node_state("n3"), False)))
+    s.slurm.drain("n3", f"{P} gpu 3 lost")
+    out.append(("lost, drained", normal(s.slurm.show_node("n3"), False), normal(s.slurm.node_state("n3"), False)))
+    s.back("n3")
+    out.append(("back", normal(s.slurm.show_node("n3"), False)))
+    s.slurm.resume("n3")
+    out.append(("resumed", s.state("n3")))
+    return out
+
+
+def test_a_node_that_stops_answering_and_comes_back(sides):
+    agree(sides, lost_and_back)
+
+
+def reboot_course(s: Side) -> list:
+    """`reboot ASAP nextstate=DOWN` of an idle node: issued at once (DOWN, `reboot
+    issued`), then slurmd registers after the boot: DOWN, `reboot complete`."""
+    out = []
+    s.slurm.reboot("n3", f"{P} pid 7 stuck in write()")
+    s.issued("n3")
+    out.append(("issued", s.node("n3"), s.state("n3")))
+    s.boot("n3")
+    out.append(("booted", s.node("n3"), s.state("n3")))
+    s.slurm.resume("n3")
+    s.settle()
+    out.append(("resumed", s.state("n3")))
+    return out
+
+
+def test_the_course_of_a_reboot(sides, tmp_path):
+    real, fake = sides
+    prog = tmp_path / "reboot-program"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o755)
+    real.cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\n")
+    fake.slurm.return_to_service = 1
+    agree(sides, reboot_course)
+
+
+def job_processes(s: Side) -> list:
+    """listpids: a batch job's script (task 0 of step `batch`) and its child (no task
+    id), an srun's task (step 0, task 0), an array element under its own job id;
+    nothing once the job is gone."""
+    out = []
+    job = s.submit("n1")
+    out.append(("batch", s.pids("n1")))
+    s.srun("n2")
+    out.append(("srun", s.pids("n2")))
+    s.submit("n3", array=1)
+    out.append(("array element", s.pids("n3")))
+    s.slurm.cancel(job)
+    s.settle()
+    out.append(("cancelled", s.pids("n1", running=False)))
+    return out
+
+
+def test_listpids_names_the_job_step_and_task(sides):
+    agree(sides, job_processes)
+
+
+RPC_CALLS = ("show_node", "node_state", "list_nodes", "list_nodes_alone", "show_job", "list_jobs", "listpids",
+             "drain", "set_node_comment", "undrain", "set_admin_comment")
+
+
+def test_the_rpcs_each_call_costs_slurmctld(sides):
+    """What the fake counts (FakeSlurm.rpcs) is what sdiag counts, call by call."""
+    real, fake = sides
+    jobs = {side: side.submit("n1") for side in sides}
+    args = {"drain": ("n2", f"{P} fs /scratch hung"), "set_node_comment": ("n2", ""), "undrain": ("n2",)}
+
+    def call(side, op):
+        fn = getattr(side.slurm, op)
+        if op in ("show_job", "set_admin_comment"):
+            return fn(jobs[side], *(("x",) if op == "set_admin_comment" else ()))
+        if op in ("list_nodes", "list_nodes_alone", "list_jobs"):
+            return fn()
+        return fn(*args.get(op, ("n1",)))
+    want, got = {}, {}
+    for op in RPC_CALLS:
+        for side in sides:
+            if hasattr(side.slurm, "_primed"):
+                side.slurm._primed = {}         # nothing known from an earlier call
+        before = sdiag_counts(real.cluster)
+        call(real, op)
+        after = sdiag_counts(real.cluster)
+        want[op] = sum(after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("REQUEST_"))
+        fake.slurm.calls.clear()
+        call(fake, op)
+        got[op] = fake.slurm.rpcs()
+    assert got == want, f"the fake's RPC counts differ from sdiag's for {real.slurm.name} on Slurm {real.cluster.version}"

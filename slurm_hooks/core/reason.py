@@ -83,9 +83,10 @@ def truncate_bytes(text: str, limit: int) -> str:
 # 20 characters, all `sinfo -R` shows, are the key words (`fs /scratch write hung`);
 # anchored there, because process names and paths that users choose sit inside our
 # reasons: a user can put the mark anywhere in the text, never after our last word.
-# Slurm's own notes on a reboot (` : reboot complete`) may follow it.
+# Slurm's own notes may follow it: on a reboot (` : reboot complete`), and from 25.11 on
+# a node whose slurmd stopped answering (` : Not responding`, added to any reason).
 MARK = "[slurm-hooks]"
-SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out")
+SLURM_NOTES = (" : reboot issued", " : reboot complete", " : reboot timed out", " : Not responding")
 # What older releases started every node reason with (the `reason_prefix` setting's
 # default): a node they drained is still ours after an upgrade.
 LEGACY_PREFIX = "slurm-hooks:"

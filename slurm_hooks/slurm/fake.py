@@ -4,7 +4,8 @@ few nodes and jobs held in dicts, with no slurmctld, no scontrol and no child pr
 It is for tests of what slurm-hooks decides (act/actions.py, act/actuation.py,
 decide/breaker.py): each operation changes the records the way slurmctld does and
 answers them the way the real backends print them (`scontrol.Slurm`, `pyslurm.PyslurmBackend`):
-State `IDLE+DRAIN`, `MIXED+DRAIN`, `DOWN+DRAIN`, `IDLE+DRAIN+REBOOT_REQUESTED`; a Reason
+State `IDLE+DRAIN`, `MIXED+DRAIN`, `DOWN+DRAIN`, `IDLE+DRAIN+REBOOT_REQUESTED`,
+`DOWN+DRAIN+REBOOT_ISSUED`, `DOWN+NOT_RESPONDING`; a Reason
 with Slurm's ` [user@YYYY-MM-DDTHH:MM:SS]` stamp in show_node and without it in
 node_state; jobs keyed like squeue's records (JobId, ArrayJobId/ArrayTaskId,
 UserId `name(uid)`, JobState, NodeList, Requeue, BatchFlag, Restarts, AdminComment).
@@ -25,8 +26,10 @@ backends differ, it does as scontrol does: `cancel` of a job that ended or is un
 is no error (scancel exits 0; the pyslurm backend reports both).
 
 What it does not model: scheduling (a job runs where and when the test says:
-`add_job`, `start_job`), the node's boot (`complete_reboot` stands for slurmd coming
-back after RebootProgram), and the pid table of listpids (`pids`, set by the test).
+`add_job`, `start_job`), the node's boot and its slurmd (`complete_reboot` stands for
+slurmd coming back after RebootProgram, `slurmd_lost` and `slurmd_back` for one that
+stops answering and comes back), and the processes of jobs: a job's listpids entries
+are the ones the test gives it (`add_job(pids=...)`), named as slurmstepd names them.
 """
 from __future__ import annotations
 
@@ -69,6 +72,20 @@ NO_REBOOT_PROGRAM = "RebootProgram isn't defined"
 NO_REASON = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 REBOOT_COMPLETE = "reboot complete"
+REBOOT_ISSUED = "reboot issued"
+NOT_RESPONDING = "Not responding"
+
+# What slurmctld counts (sdiag) for each operation, by backend, as measured on Slurm
+# 22.05 and 25.11 (tests/test_slurm_contract.py holds these to sdiag): `scontrol show
+# node` loads the partitions too, squeue's one-job load its partitions and federation,
+# pyslurm's job load its steps; listpids asks the node's slurmstepd, not slurmctld.
+# Anything not named is one RPC.
+RPC_WEIGHTS = {
+    "scontrol": {"show_node": 2, "node_state": 2, "list_nodes": 1, "list_nodes_alone": 1, "show_job": 3,
+                 "list_jobs": 2, "listpids": 0},
+    "pyslurm": {"show_node": 2, "node_state": 2, "list_nodes": 2, "list_nodes_alone": 1, "show_job": 4,
+                "list_jobs": 1, "listpids": 0},
+}
 
 
 
@@ -101,8 +118,11 @@ class FakeSlurm(PrimedNodes):
     slurmctld counts them."""
 
     def __init__(self, nodes=("n1", "n2", "n3"), version: str = "25.11", name: str = "fake",
-                 cpus: int = 2, user: str = "root", reboot_program: bool = True):
+                 cpus: int = 2, user: str = "root", reboot_program: bool = True, backend: str = "scontrol",
+                 return_to_service: int = 2):
         self.name = name
+        self.backend = backend                          # whose RPC counts rpcs() gives
+        self.return_to_service = return_to_service      # slurm.conf's ReturnToService
         self.version = version
         self.user = user                                # who the calls run as (the stamp's user)
         self.reachable = True
@@ -134,10 +154,9 @@ class FakeSlurm(PrimedNodes):
         return self
 
     def rpcs(self) -> int:
-        """The RPCs slurmctld served: a node list through scontrol also loads the
-        partitions; listpids asks the node's slurmstepd, not slurmctld; show_job is
-        squeue's one job load."""
-        weight = {"list_nodes": 2, "listpids": 0}
+        """The RPCs slurmctld served for the calls so far, as sdiag counts them for the
+        real backend this fake stands for (RPC_WEIGHTS)."""
+        weight = RPC_WEIGHTS[self.backend]
         return sum(weight.get(op, 1) * n for op, n in self.calls.items())
 
     def _rpc(self, op: str) -> None:
@@ -160,10 +179,14 @@ class FakeSlurm(PrimedNodes):
     # --- what a test sets up (Slurm's own doing, or an admin's) --------------------------
     def add_job(self, nodes: str = "n1", user: str = "alice", uid: int = 1001, state: str = "RUNNING",
                 batch: bool = True, requeue: bool = True, cpus: int = 1, job: str | None = None,
-                array: str | None = None, task: int | None = None, admin_comment: str = "") -> str:
+                array: str | None = None, task: int | None = None, admin_comment: str = "",
+                pids: tuple = ()) -> str:
         """A job Slurm runs (or holds) on `nodes` (comma-separated); its JobId. An array
         element gets `array` (ArrayJobId) and `task`; the element that carries the
-        array's own id has job == array."""
+        array's own id has job == array. `pids`: its processes on its first node while it
+        runs, as listpids names them: the first is the step's task 0 (`batch` for a batch
+        job, else step 0), the others that task's children, which slurmstepd gives no
+        task id."""
         if job is None:
             self._next_job += 1
             job = str(self._next_job)
@@ -171,7 +194,7 @@ class FakeSlurm(PrimedNodes):
                 "NodeList": nodes if state in RUNS or state in ENDED else "(null)",
                 "NumNodes": str(len(nodes.split(","))), "Requeue": "1" if requeue else "0",
                 "BatchFlag": "1" if batch else "0", "Restarts": "0", "AdminComment": admin_comment or "(null)",
-                "_cpus": cpus, "_nodes": nodes}
+                "_cpus": cpus, "_nodes": nodes, "_pids": tuple(pids)}
         if array is not None:
             info["ArrayJobId"], info["ArrayTaskId"] = str(array), str(task if task is not None else 0)
         self.jobs[job] = info
@@ -220,14 +243,48 @@ class FakeSlurm(PrimedNodes):
         """slurmd is back after the reboot slurmctld issued: nextstate=DOWN keeps the
         node DOWN with its reason and Slurm's `reboot complete` after it."""
         n = self._node(node)
-        n.flags -= {"REBOOT_REQUESTED", "REBOOT_ISSUED", "DRAIN"}
+        n.flags -= {"REBOOT_REQUESTED", "REBOOT_ISSUED", "DRAIN", "NOT_RESPONDING"}
         if n.next_state == "DOWN":
             n.base = "DOWN"
-            n.reason = f"{n.reason} : {REBOOT_COMPLETE}"
+            self._add_reason(n, REBOOT_COMPLETE)
         else:
             n.base, n.reason = "IDLE", ""
         n.next_state = ""
         self._occupancy()
+
+    def slurmd_lost(self, node: str) -> None:
+        """The node's slurmd stops answering, past SlurmdTimeout: slurmctld sets it DOWN
+        and NOT_RESPONDING with `Not responding`, which 25.11 adds after any reason the
+        node has (ours included) and 22.05 writes only where there is none. (The jobs a
+        DOWN node had are not modelled: a test's node has none.)"""
+        n = self._node(node)
+        if self._running_on(node):
+            raise NotImplementedError("slurmd_lost: the fake does not model the jobs of a node that stops answering")
+        n.flags.add("NOT_RESPONDING")
+        n.base = "DOWN"
+        if self._major() >= 23:
+            self._add_reason(n, NOT_RESPONDING)
+        elif not n.reason or n.reason.startswith(NOT_RESPONDING):
+            n.reason, n.reason_user, n.reason_time = NOT_RESPONDING, self.user, time.time()
+
+    def slurmd_back(self, node: str) -> None:
+        """The node's slurmd registers again: NOT_RESPONDING goes, and a DOWN node comes
+        back to service as ReturnToService says (2: whatever put it DOWN; 1: only for
+        `Not responding`), its DRAIN and reason left as they are."""
+        n = self._node(node)
+        n.flags.discard("NOT_RESPONDING")
+        if n.base == "DOWN" and (self.return_to_service == 2
+                                 or (self.return_to_service == 1 and n.reason == NOT_RESPONDING)):
+            n.base = "IDLE"
+            self._occupancy()
+
+    def _add_reason(self, n: FakeNode, note: str) -> None:
+        # Slurm's set_node_reason: a note after the reason there is, once.
+        if not n.reason:
+            n.reason = note
+        elif f" : {note}" not in n.reason:
+            n.reason = f"{n.reason} : {note}"
+        n.reason_user, n.reason_time = self.user, time.time()
 
     def _set_reason(self, n: FakeNode, reason: str, user: str | None = None) -> None:
         n.reason, n.reason_user, n.reason_time = reason, user or self.user, time.time()
@@ -253,11 +310,27 @@ class FakeSlurm(PrimedNodes):
             used = sum(int(j["_cpus"]) for j in self._running_on(n.name))
             n.base = "IDLE" if used == 0 else "MIXED" if used < n.cpus else "ALLOCATED"
             if used == 0 and "REBOOT_REQUESTED" in n.flags:
+                # Issued once idle: RebootProgram runs, the node is DOWN until slurmd
+                # registers after the boot, and its reason says so.
                 n.flags = (n.flags - {"REBOOT_REQUESTED"}) | {"REBOOT_ISSUED"}
+                n.base = "DOWN"
+                self._add_reason(n, REBOOT_ISSUED)
 
     # --- properties of the records ---------------------------------------------------------
-    def _record(self, n: FakeNode) -> dict:
-        out = {"NodeName": n.name, "State": n.state(), "Gres": n.gres}
+    def _shown(self, n: FakeNode, how: str) -> str:
+        """The node's state as the backend's call `how` shows it: a partly allocated node
+        is MIXED, but for sinfo, which the scontrol backend reads one node's state
+        through: on 22.05 it says ALLOCATED for one being drained. (pyslurm's one-node
+        load says MIXED or ALLOCATED at moments no test controls.)"""
+        state = n.state()
+        if n.base != "MIXED":
+            return state
+        if self.backend == "scontrol" and how == "state" and "DRAIN" in n.flags and self._major() < 23:
+            return state.replace("MIXED", "ALLOCATED", 1)
+        return state
+
+    def _record(self, n: FakeNode, how: str = "list") -> dict:
+        out = {"NodeName": n.name, "State": self._shown(n, how), "Gres": n.gres}
         if n.reason:
             stamp = (f" [{n.reason_user}@{time.strftime(STAMP_FORMAT, time.localtime(n.reason_time))}]"
                      if n.reason_time else "")
@@ -274,14 +347,14 @@ class FakeSlurm(PrimedNodes):
     def _show_node(self, node: str) -> dict | None:
         self._rpc("show_node")
         n = self.nodes.get(node)
-        return None if n is None else self._record(n)
+        return None if n is None else self._record(n, "show")
 
     def _node_state(self, node: str) -> dict | None:
         self._rpc("node_state")
         n = self.nodes.get(node)
         if n is None:
             return None
-        return {"NodeName": n.name, "State": n.state(), "Reason": n.reason, CAUSE_FIELD: n.comment}
+        return {"NodeName": n.name, "State": self._shown(n, "state"), "Reason": n.reason, CAUSE_FIELD: n.comment}
 
     def list_nodes(self) -> list[dict]:
         self._rpc("list_nodes")
@@ -442,5 +515,13 @@ class FakeSlurm(PrimedNodes):
         self._occupancy()
 
     def listpids(self, node: str) -> dict:
+        from ..host.jobs import JobRef
         self._rpc("listpids")
-        return dict(self.pids.get(node, {}))
+        out = dict(self.pids.get(node, {}))
+        for j in self._running_on(node):
+            if j["_nodes"].split(",")[0] != node:
+                continue
+            step = "batch" if j["BatchFlag"] == "1" else "0"
+            for i, pid in enumerate(j["_pids"]):
+                out[int(pid)] = JobRef(job=j["JobId"], step=step, task="0" if i == 0 else None)
+        return out
