@@ -273,3 +273,138 @@ def test_a_mount_the_site_marks_as_the_nodes_own_is_never_an_outage(tmp_path):
     second = c.run("n1", [probe_hung(), stuck("n1", job, 100, killed=True)])
     assert ("reboot", "done", "") in kinds(second), kinds(second)
     assert not any("outage" in n for n in c.notes["n1"])
+
+
+# --- the pieces of decide/outage.py, one promise each --------------------------------------
+
+def fs(point=POINT, source=SOURCE, status="hung", severity=FAIL, incident=None, **ev) -> Finding:
+    evidence = {"mountpoint": point, "fstype": FSTYPE, "source": source, "network": True, **ev}
+    return Finding(check="filesystem", target=f"{point}/probe", status=status, severity=severity,
+                   summary="x", evidence=evidence, incident=incident)
+
+
+def an_outage(source=SOURCE, point=POINT) -> outage.Outage:
+    return outage.Outage(source=source, fstype=FSTYPE, mountpoint=point, nodes=["n1", "n2"],
+                         since="2026-12-04T03:12:00")
+
+
+def test_what_a_mount_is_known_by():
+    assert outage.mount_of(fs()) == (SOURCE, FSTYPE, POINT)
+    # A probe that failed otherwise (an error, not a hang) names no suspect mount.
+    assert outage.mount_of(fs(status="error")) is None
+    assert outage.mount_of(fs(severity=OK)) is None
+    bare = fs()
+    del bare.evidence["fstype"], bare.evidence["mountpoint"]
+    assert outage.mount_of(bare) == (SOURCE, "", "")
+
+
+def test_the_suspects_a_run_names():
+    ok = Finding(check="filesystem", target="/tmp", status="ok", severity=OK, summary="ok")
+    other = fs(point="/mnt/gpfs")                      # the same storage by another mountpoint
+    got = outage.suspects([ok, fs(), other], {}, now=0)
+    assert got == [[SOURCE, FSTYPE, POINT, "1970-01-01T00:00:00"]], got
+    # The first sighting an earlier run kept stays the mount's.
+    kept = outage.suspects([fs()], {f"{SOURCE} {FSTYPE}": "2026-12-04T03:00:00"}, now=0)
+    assert kept == [[SOURCE, FSTYPE, POINT, "2026-12-04T03:00:00"]]
+    # Marked as the node's own storage (`scope: node`): never a suspect of an outage.
+    assert outage.suspects([fs()], {}, now=0, node_scope=(f"{POINT}/probe",)) == []
+
+
+def test_which_mount_holds_a_path():
+    assert outage._holds("/gpfs", "/gpfs/probe") and outage._holds("/gpfs", "/gpfs")
+    assert outage._holds("/gpfs/", "/gpfs/probe")          # a mountpoint written with its slash
+    assert outage._holds("/mnt/X", "/mnt/X/probe")
+    assert not outage._holds("/gpfs", "/gpfs2/probe") and not outage._holds("/gpfs", "/home")
+    assert not outage._holds("", "/gpfs")
+
+
+def test_a_nodes_published_mounts_are_read_as_written():
+    import json
+
+    from slurm_hooks.core.reason import CAUSE_TAG
+    # As another node's Comment may say it (another release, a hand edit): only lists of
+    # three or four fields are mounts.
+    mounts = [[SOURCE, FSTYPE, POINT, "2026-12-04T03:12:00", "extra"], ["nfs:/home", "nfs4", "/home"],
+              "abc", ["too", "short"]]
+    doc = {"check": "filesystem", "where": POINT, "incident": "x", "since": "t", "mounts": mounts}
+    info = {"Comment": f"{CAUSE_TAG} {json.dumps(doc, separators=(',', ':'))}"}
+    assert outage.published(info) == [[SOURCE, FSTYPE, POINT, "2026-12-04T03:12:00"], ["nfs:/home", "nfs4", "/home"]]
+    assert outage.published({}) == [] and outage.published({"Comment": "an admin's words"}) == []
+
+
+def test_an_outage_is_dated_by_its_earliest_witness_and_names_only_this_nodes_mounts():
+    from slurm_hooks.core.reason import cause_text
+
+    def info(*mounts):
+        return {"Comment": cause_text("filesystem", POINT, "x", "t", list(mounts))}
+    # n3's word carries no date: the outage keeps n2's.
+    infos = {"n2": info([SOURCE, FSTYPE, POINT, "2026-12-04T03:11:00"]), "n3": info([SOURCE, FSTYPE, POINT]),
+             "n4": info(["nfs:/home", "nfs4", "/home", "2026-12-04T01:00:00"]),
+             "n5": info(["nfs:/home", "nfs4", "/home", "2026-12-04T01:00:00"])}
+    [o] = outage.outages(infos, "n1", [[SOURCE, FSTYPE, POINT, "2026-12-04T03:12:00"]])
+    assert (o.nodes, o.since) == (["n1", "n2", "n3"], "2026-12-04T03:11:00"), o
+    # The others' outage of /home is not this node's to name.
+    assert [x.source for x in outage.outages(infos, None)] == ["gpfs:/fs1", "nfs:/home"]
+
+
+def test_the_outage_line_names_the_time_of_day(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    try:
+        assert outage.hhmm("2026-12-04T03:12:00") == "03:12" and outage.hhmm("2026-12-04T17:47:00") == "17:47"
+        assert an_outage().line() == f"outage of {SOURCE} ({POINT}) on 2 nodes since 03:12"
+        assert outage.hhmm("") == "?" and outage.hhmm("garbled") == "garbled"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_what_the_record_keeps_for_a_hook_that_reads_no_node_list(monkeypatch):
+    before = {"mounts": [], "outages": [{"source": SOURCE}], "at": 5.0}
+    assert outage.cache([], before, fresh=False) == {"outages": [{"source": SOURCE}], "at": 5.0}
+    assert outage.cache([], {}, fresh=False) == {}
+    mine = [[SOURCE, FSTYPE, POINT, "x"]]
+    monkeypatch.setattr(outage.time, "time", lambda: 1000.0)
+    record = {"outages": ["junk", {"source": SOURCE, "fstype": FSTYPE, "nodes": ["n1", "n2"]},
+                          {"source": "nfs:/home", "fstype": "nfs4"}], "at": 400.0}
+    [o] = outage.cached(record, mine, 600)           # exactly max_age old: still fresh
+    assert (o.source, o.fstype, o.mountpoint, o.nodes, o.since) == (SOURCE, FSTYPE, "", ["n1", "n2"], "")
+    assert outage.cached(record, mine, 599) == []
+    # A record with no time is as old as can be.
+    assert outage.cached({"outages": record["outages"]}, mine, 999.5) == []
+
+
+def test_what_an_outage_spares_and_what_it_does_not():
+    from slurm_hooks.core.model import Action, Recovery
+    found = [an_outage()]
+    here = fs(incident="n1:1:1")
+    also = fs(incident="n1:2:2")
+    own = fs(point="/local", source="nfs:/local", incident="n1:3:3")
+    drain = Action("drain", node="n1", reason="r")
+    both = Action("reboot", node="n1", reason="r", incident="n1:1:1+n1:2:2")
+    mixed = Action("reboot", node="n1", reason="r", incident="n1:1:1+n1:3:3")
+    unknown = Action("reboot", node="n1", reason="r", incident="n1:9:9")
+    kept, dropped = outage.spared([drain, both, mixed, unknown], [here, also, own], found)
+    assert kept == [drain, mixed, unknown], kept
+    [(a, why)] = dropped
+    assert a is both and why == (f"{found[0].line()}: no reboot of n1 for it (its tasks end when the storage "
+                                 "answers)"), why
+    # A recovery named by its mountpoint alone: the mount found at that point decides.
+    rec = Action("recover", node="n1", incident="n1:8:8", recovery=Recovery(mountpoint=POINT))
+    kept, dropped = outage.spared([rec], [own, here], found)
+    assert kept == [] and dropped[0][1].startswith(f"{found[0].line()}: no recovery of n1 for it"), dropped
+    # Its incident's own place comes first; at a point with two storages, the first found.
+    elsewhere = Action("recover", node="n1", incident="n1:3:3", recovery=Recovery(mountpoint=POINT))
+    assert outage.spared([elsewhere], [own, here], found)[0] == [elsewhere]
+    two = [fs(source="nfs:/other", incident="n1:4:4"), here]
+    assert outage.spared([rec], two, found)[0] == [rec]
+
+
+def test_a_drain_is_the_storages_only_when_every_failure_is_in_the_outage():
+    found = [an_outage()]
+    assert outage.covers([fs()], found)
+    assert not outage.covers([fs(), fs(point="/local", source="nfs:/local")], found)
+    assert not outage.covers([fs(source="nfs:/local")], found)
+    assert not outage.covers([], found)
+    gpu = Finding(check="gpu", target="0", status="lost", severity=FAIL, summary="x")
+    assert not outage.covers([fs(), gpu], found)

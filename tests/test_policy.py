@@ -303,3 +303,170 @@ def test_the_cause_goes_only_where_the_comment_is_empty_or_ours():
     slurm = _Recorder("IDLE+DRAIN", "disk swap", ours_cause)
     results = execute([Action("resume", node="n1"), drain], slurm, "slurm-hooks:", dry_run=False)
     assert [r.outcome for r in results] == ["skipped", "skipped"] and slurm.calls == []
+
+
+# --- the drain-storm breaker's pieces (decide/breaker.py), one promise each ---------------
+
+def test_the_breaker_re_reads_only_where_drains_could_pass_the_limit():
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, can_overflow
+    three = PolicyConfig(max_drained_nodes=3, max_drained_fraction=0)
+    assert can_overflow(ClusterView(total=10), three)
+    assert not can_overflow(ClusterView(total=3), three)            # the limit is the whole cluster
+    assert not can_overflow(ClusterView(total=10), PolicyConfig(max_drained_nodes=0, max_drained_fraction=0))
+
+
+def test_the_cluster_view_reads_our_drains_with_the_sites_prefix():
+    from slurm_hooks.core.reason import cause_text
+    from slurm_hooks.decide.breaker import cluster_view
+    from slurm_hooks.slurm.fake import FakeSlurm
+    slurm = FakeSlurm(("n1", "n2", "n3"))
+    # A drain of an older release that started its reasons with the site's prefix.
+    slurm.set_state("n1", flags=("DRAIN",), reason="site-hooks: fs /scratch hung")
+    slurm.nodes["n1"].comment = cause_text("filesystem", "/scratch", "i", "t")
+    slurm.set_state("n2", flags=("DRAIN",), reason="an admin's words")
+    view = cluster_view(slurm, "site-hooks:")
+    assert view.total == 3 and view.ours == {"n1": "fs /scratch hung"}, view.ours
+    assert view.causes == {"n1": "filesystem /scratch"} and view.stamps["n1"], view
+    assert cluster_view(slurm, "slurm-hooks:").ours == {}
+
+
+def test_the_keepers_are_the_earliest_drains_and_none_within_the_limit():
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, keepers
+    two = PolicyConfig(max_drained_nodes=2, max_drained_fraction=0)
+    view = ClusterView(total=10, ours={"n3": "x", "n10": "x", "n2": "x"},
+                       stamps={"n3": "2026-12-04T03:00:01", "n10": "2026-12-04T03:00:00"})
+    # A drain whose stamp is unknown counts as the earliest; then by name, naturally.
+    assert keepers(view, two) == ["n2", "n10"]
+    assert keepers(ClusterView(total=10, ours={"n1": "x", "n2": "x"}), two) is None     # at the limit
+    assert keepers(view, PolicyConfig(max_drained_nodes=0, max_drained_fraction=0)) is None
+
+
+def test_the_wait_for_slurmctld_to_leave_the_drains_second():
+    from slurm_hooks.decide.breaker import settle
+    assert abs(settle(100.9, now=100.9, skew=0.3) - 1.4) < 1e-9     # stamped in second 101
+    assert abs(settle(100.5, now=100.5, skew=0.3) - 0.8) < 1e-9
+    assert abs(settle(100.1, now=100.1, skew=0.0) - 0.9) < 1e-9
+    assert settle(100.0, now=200.0) == 0.0
+
+
+def test_a_node_that_steps_back_names_the_keepers():
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, step_back
+
+    def why(kept: int, policy=None):
+        names = [f"n{i:02d}" for i in range(kept + 1)]
+        view = ClusterView(total=100, ours={n: "x" for n in names}, stamps={n: n for n in names})
+        return step_back(view, names[-1], policy or PolicyConfig(max_drained_nodes=kept, max_drained_fraction=0))
+    assert why(8).endswith("over the limit 8 of 100; n08 stepped back (kept: n00, n01, n02, n03, n04, n05, "
+                           "n06, n07)"), why(8)
+    assert why(9).endswith("(kept: n00, n01, n02, n03, n04, n05, n06, n07, ...)"), why(9)
+    assert why(10).endswith("(kept: n00, n01, n02, n03, n04, n05, n06, n07, ...)"), why(10)
+    # A limit by share of the cluster is named as the count it comes to.
+    assert "over the limit 5 of 100; n05 stepped back" in why(5, PolicyConfig(max_drained_nodes=0,
+                                                                              max_drained_fraction=0.05))
+
+
+def test_the_breaker_names_the_largest_known_cause_as_one_outage():
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.core.reason import UNKNOWN_CAUSE
+    from slurm_hooks.decide.breaker import ClusterView, verdict
+
+    def view(groups: dict) -> ClusterView:
+        v = ClusterView(total=100)
+        for cause, nodes in groups.items():
+            for n in nodes:
+                v.ours[n], v.causes[n] = "x", cause
+        return v
+    policy = PolicyConfig(max_drained_nodes=2, max_drained_fraction=0)
+    # Three drains of no recorded cause and two of one cause: the two are the outage.
+    why = verdict(view({UNKNOWN_CAUSE: ["u1", "u2", "u3"], "filesystem /gpfs": ["g1", "g2"]}), "n0", policy)
+    assert why.endswith("; 2 of them for filesystem /gpfs (g1, g2): looks like one outage, not 2 sick nodes"), why
+    nine = [f"g{i}" for i in range(1, 10)]
+    why = verdict(view({"filesystem /gpfs": nine}), "n0", policy)
+    assert "(g1, g2, g3, g4, g5, g6, g7, g8, ...): " in why, why
+    eight = nine[:8]
+    why = verdict(view({"filesystem /gpfs": eight}), "n0", policy)
+    assert "(g1, g2, g3, g4, g5, g6, g7, g8): " in why, why
+
+
+# --- decide(), whole: every field of every action ---------------------------------------------
+
+def own(job, action, uid=1001, incident=None, severity=WARN, summary=None):
+    return Finding(check="stuck_tasks", target=f"job {job} pid 5", status="stuck_own_mount", severity=severity,
+                   summary=summary or f"job {job} pid 5 stuck on its own FUSE mount", job=job,
+                   incident=incident, job_action=action, evidence={"uid": uid})
+
+
+def test_a_jobs_own_problem_is_told_to_that_job_alone():
+    P = "[slurm-hooks]"
+    findings = [own("7", "comment", incident="n1:5:1"), own("8", "cancel", uid=0), own("9", "requeue"),
+                own("10", ""), own(None, "cancel"),
+                Finding(check="gpu", target="0", status="ok", severity=OK, summary="ok")]
+    text = {j: f"{P} node n1: job {j} pid 5 stuck on its own FUSE mount" for j in ("7", "8", "9")}
+
+    def a(kind, job, incident, uid=1001, fallback=""):
+        return Action(kind, node="n1", job=job, text=text[job], incident=incident, uid=uid, job_only=True,
+                      fallback=fallback)
+    assert decide(findings, "n1", P, ActionsConfig()) == [
+        a("comment", "7", "n1:5:1"),
+        a("comment", "8", "job 8 pid 5", uid=0), a("cancel", "8", "job 8 pid 5", uid=0),
+        a("comment", "9", "job 9 pid 5"), a("requeue", "9", "job 9 pid 5", fallback="leave")]
+    assert decide(findings, "n1", P, ActionsConfig(comment_job=False, requeue_job=False)) == [
+        a("cancel", "8", "job 8 pid 5", uid=0)]
+    cancel = ActionsConfig(requeue_fallback="cancel")
+    assert decide([own("9", "requeue")], "n1", P, cancel)[-1].fallback == "cancel"
+    # A long diagnosis is cut to what a job's comment holds.
+    [c] = decide([own("7", "comment", summary="x" * 2000)], "n1", P, ActionsConfig(requeue_job=False))
+    assert len(c.text) == 1000 and c.text.startswith(f"{P} node n1: xxx")
+    # Failing, it is the node's: not a job-only action.
+    assert all(not x.job_only for x in decide([own("7", "comment", severity=FAIL)], "n1", P, ActionsConfig()))
+
+
+def test_a_stuck_job_gets_one_comment_one_requeue_and_then_one_reboot_for_all_its_tasks():
+    P = "[slurm-hooks]"
+    first, second = stuck("7", 300), stuck("7", 200)
+    first.evidence = {"uid": 1001, "mountpoint": "/gpfs"}
+    acts = decide([first, second], "n1", P, ActionsConfig(), now=0.0)
+    text = f"{P} node n1: {first.summary}; {second.summary}"
+    assert acts[1:] == [
+        Action("comment", node="n1", job="7", text=text, incident="n1:200:100+n1:300:100", uid=1001),
+        Action("requeue", node="n1", job="7", text=text, incident="n1:200:100+n1:300:100", uid=1001,
+               fallback="leave")]
+    from slurm_hooks.core.reason import read_cause
+    assert read_cause(acts[0].cause)["where"] == "/gpfs"      # the mount the task waits on
+    # Requeued at t=100: the reboot waits out the grace, then names both tasks.
+    ledger = {"requeue:7:n1:300:100": {"done": 100.0, "ended": True}}
+    assert [x.kind for x in decide([first, second], "n1", P, ActionsConfig(), ledger, 30.0, now=129.0)] == \
+        ["drain", "comment", "requeue"]
+    [reboot] = [x for x in decide([first, second], "n1", P, ActionsConfig(), ledger, 30.0, now=130.0)
+                if x.kind == "reboot"]
+    assert reboot == Action("reboot", node="n1", reason=acts[0].reason, incident="n1:300:100")
+    # Cancelled instead: the same.
+    cancelled = {"cancel:7:n1:300:100": {"done": 100.0, "ended": True}}
+    assert any(x.kind == "reboot" for x in decide([first], "n1", P, ActionsConfig(), cancelled, 30.0, now=131.0))
+    # Killed and still in D: at once.
+    first.evidence["sigkill_pending"] = True
+    assert any(x.kind == "reboot" for x in decide([first], "n1", P, ActionsConfig(), ledger, 30.0, now=101.0))
+
+
+def test_a_reboot_waits_for_a_job_nothing_of_ours_ended():
+    P = "[slurm-hooks]"
+    a, b = stuck("7", 300), stuck("8", 200)
+    off = ActionsConfig(requeue_job=False)
+    acts = decide([a, b], "n1", P, off, {}, 30.0, now=0.0)
+    reboots = [x for x in acts if x.kind == "reboot"]
+    # One reboot, after the first job the node still runs, not one per task.
+    assert reboots == [Action("reboot", node="n1", reason=acts[0].reason, incident="n1:300:100", after_job="7")]
+    # A requeue asked this run, not yet done: no reboot at all yet.
+    assert [x.kind for x in decide([a], "n1", P, ActionsConfig(), {}, 30.0, now=0.0)] == ["drain", "comment", "requeue"]
+    # A requeue that was refused (its ledger entry, not ended): the job is not ended by us.
+    refused = {"requeue:7:n1:300:100": {"done": 0.0, "ended": False}}
+    [r] = [x for x in decide([a], "n1", P, ActionsConfig(), refused, 30.0, now=100.0) if x.kind == "reboot"]
+    assert r.after_job == "7"
+    # A task outside any job: nothing to end first.
+    loose = stuck("7", 300)
+    loose.job = None
+    [r] = [x for x in decide([loose], "n1", P, ActionsConfig(), {}, 30.0, now=0.0) if x.kind == "reboot"]
+    assert (r.after_job, r.incident) == (None, "n1:300:100")
