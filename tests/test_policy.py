@@ -470,3 +470,110 @@ def test_a_reboot_waits_for_a_job_nothing_of_ours_ended():
     loose.job = None
     [r] = [x for x in decide([loose], "n1", P, ActionsConfig(), {}, 30.0, now=0.0) if x.kind == "reboot"]
     assert (r.after_job, r.incident) == (None, "n1:300:100")
+
+
+# --- recoveries(): a reboot made a recovery, field by field -------------------------------------
+
+R = "job 7 pid 300 stuck in write() on /gpfs/log (gpfs) [slurm-hooks]"
+
+
+def on_gpfs(pid=300, job="7", dev="0:77", severity=FAIL, start=100, needs_reboot=True):
+    f = stuck(job, pid, start)
+    f.severity, f.needs_reboot = severity, needs_reboot
+    f.evidence = {"pid": pid, "start_ticks": start, "mount_dev": dev}
+    return f
+
+
+def gpfs_probe(status="hung"):
+    return Finding(check="filesystem", target="/gpfs/probe", status=status, severity=FAIL,
+                   summary="fs /gpfs/probe hung >10s (read, fuse)")
+
+
+def recoverable():
+    from slurm_hooks.core.model import Recovery
+    return {"/gpfs": Recovery(mountpoint="/gpfs", dev="0:77", method="fuse-abort", probe="/gpfs/probe")}
+
+
+def test_a_reboot_for_tasks_on_one_recoverable_mount_becomes_its_recovery():
+    from slurm_hooks.core.model import Recovery
+    from slurm_hooks.core.reason import with_note
+    from slurm_hooks.decide.policy import recoveries
+    drain = Action("drain", node="n1", reason=R)
+    reboot = Action("reboot", node="n1", reason=R, incident="n1:300:100+n1:301:0")
+    tasks = [on_gpfs(), on_gpfs(pid=301, start=0)]
+    tasks[1].evidence.pop("start_ticks")
+    tasks[1].incident = "n1:301:0"
+    out = recoveries([drain, reboot], tasks + [gpfs_probe()], {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True)
+    want = Recovery(mountpoint="/gpfs", dev="0:77", method="fuse-abort", probe="/gpfs/probe",
+                    tasks=[[300, 100], [301, 0]], jobs=["7"])
+    assert out == [drain, Action("recover", node="n1", reason=R, incident="n1:300:100+n1:301:0", recovery=want)]
+    # Tried once already: the reboot goes ahead, saying so.
+    tried = {"recover:n1:n1:300:100": {"recovered": False}}
+    out = recoveries([drain, reboot], tasks, tried, recoverable(), {}, True)
+    assert out == [drain, Action("reboot", node="n1", reason=with_note(R, "(recovery tried: fuse-abort /gpfs)"),
+                                 incident="n1:300:100+n1:301:0")]
+    # Tasks on two places, a reboot that waits for a job, a node we did not drain: as asked.
+    two = [on_gpfs(), on_gpfs(pid=301, dev="0:88")]
+    two[1].incident = "n1:301:0"
+    assert recoveries([reboot], two, {}, recoverable(), {}, True) == [reboot]
+    later = Action("reboot", node="n1", reason=R, incident="n1:300:100", after_job="7")
+    assert recoveries([later], tasks, {}, recoverable(), {}, True) == [later]
+    assert recoveries([reboot], tasks, {}, recoverable(), {}, False) == [reboot]
+    assert recoveries([reboot], tasks, {}, {}, {}, True) == [reboot]
+
+
+def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
+    from slurm_hooks.core.model import Recovery
+    from slurm_hooks.decide.policy import recoveries
+    drain = Action("drain", node="n1", reason=R)
+    probe = gpfs_probe()
+    on_it = on_gpfs(needs_reboot=False)
+    elsewhere = on_gpfs(pid=400, job="8", dev="0:88")
+    warned = on_gpfs(pid=500, job="9", severity=WARN)
+    found = [probe, on_it, elsewhere, warned]
+    out = recoveries([drain], found, {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True)
+    want = Recovery(mountpoint="/gpfs", dev="0:77", method="fuse-abort", probe="/gpfs/probe",
+                    tasks=[[300, 100]], jobs=["7"])
+    assert out == [drain, Action("recover", node="n1", reason=probe.summary, incident="/gpfs", recovery=want)]
+    still = gpfs_probe("still_hung")
+    assert [a.kind for a in recoveries([drain], [still], {}, recoverable(), {"filesystem:/gpfs/probe": 3}, True)] \
+        == ["drain", "recover"]
+    # One hung run is not yet a pattern; another status is not a hang.
+    assert recoveries([drain], found, {}, recoverable(), {"filesystem:/gpfs/probe": 1}, True) == [drain]
+    assert recoveries([drain], [gpfs_probe("error")], {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True) \
+        == [drain]
+    # Recovered before and hung again: that is for the next incident, not this one's retry.
+    done = {"recover:n1:/gpfs": {"recovered": True}}
+    assert recoveries([drain], found, done, recoverable(), {"filesystem:/gpfs/probe": 2}, True) == [drain]
+
+
+def test_a_recovery_that_left_the_mount_hung_is_followed_by_the_reboot():
+    from slurm_hooks.core.reason import with_note
+    from slurm_hooks.decide.policy import recoveries
+    failed = {"recover:n1:/gpfs": {"recovered": False}}
+    drain = Action("drain", node="n1", reason=R)
+    out = recoveries([drain], [gpfs_probe()], failed, recoverable(), {}, True)
+    assert out == [drain, Action("reboot", node="n1", reason=with_note(R, "(recovery tried: fuse-abort /gpfs)"),
+                                 incident="/gpfs")]
+    # Without a drain in this run's actions the probe's own words make the reason.
+    comment = Action("comment", node="n1", job="7", text="x")
+    probe = gpfs_probe()
+    assert recoveries([comment], [probe], failed, recoverable(), {}, True)[-1].reason == \
+        with_note(probe.summary, "(recovery tried: fuse-abort /gpfs)")
+    # One reboot: none more when one is already asked.
+    reboot = Action("reboot", node="n1", reason=R, incident="n1:9:9")
+    assert recoveries([drain, reboot], [gpfs_probe()], failed, recoverable(), {}, True) == [drain, reboot]
+
+
+def test_resuming_counts_passing_runs_from_the_record():
+    from slurm_hooks.decide.policy import hold_back, hysteresis, resume_decision
+    assert resume_decision([], {"resumable": True}, "n1", 1) == (Action("resume", node="n1", reason=""),
+                                                                 {"resumable": True, "passes": 1})
+    assert resume_decision([], {"resumable": True, "reason": R}, "n1", 2) == (None, {"resumable": True, "reason": R,
+                                                                                    "passes": 1})
+    f = fs("/a")
+    f.detail = ""
+    new, waiting = hysteresis([f, fs("/b")], {"filesystem:/a": 1}, {"filesystem": 3})
+    assert new == {"filesystem:/a": 2, "filesystem:/b": 1} and [(w[1], w[2]) for w in waiting] == [(2, 3), (1, 3)]
+    hold_back(waiting)
+    assert f.severity == WARN and f.detail == "failure 2 of 3 before draining"
