@@ -313,7 +313,7 @@ def test_the_suspects_a_run_names():
 def test_which_mount_holds_a_path():
     assert outage._holds("/gpfs", "/gpfs/probe") and outage._holds("/gpfs", "/gpfs")
     assert outage._holds("/gpfs/", "/gpfs/probe")          # a mountpoint written with its slash
-    assert outage._holds("/mnt/X", "/mnt/X/probe")
+    assert outage._holds("/mnt/X", "/mnt/X/probe") and not outage._holds("/mnt/X", "/mnt/Y")
     assert not outage._holds("/gpfs", "/gpfs2/probe") and not outage._holds("/gpfs", "/home")
     assert not outage._holds("", "/gpfs")
 
@@ -343,6 +343,9 @@ def test_an_outage_is_dated_by_its_earliest_witness_and_names_only_this_nodes_mo
              "n5": info(["nfs:/home", "nfs4", "/home", "2026-12-04T01:00:00"])}
     [o] = outage.outages(infos, "n1", [[SOURCE, FSTYPE, POINT, "2026-12-04T03:12:00"]])
     assert (o.nodes, o.since) == (["n1", "n2", "n3"], "2026-12-04T03:11:00"), o
+    # Witnesses that give no date leave the outage undated.
+    [o] = outage.outages({"n2": info([SOURCE, FSTYPE, POINT]), "n3": info([SOURCE, FSTYPE, POINT])}, None)
+    assert o.since == "" and o.line().endswith(" since ?"), o
     # The others' outage of /home is not this node's to name.
     assert [x.source for x in outage.outages(infos, None)] == ["gpfs:/fs1", "nfs:/home"]
 
@@ -398,6 +401,7 @@ def test_what_an_outage_spares_and_what_it_does_not():
     assert outage.spared([elsewhere], [own, here], found)[0] == [elsewhere]
     two = [fs(source="nfs:/other", incident="n1:4:4"), here]
     assert outage.spared([rec], two, found)[0] == [rec]
+    assert outage.spared([rec], two[::-1], found)[0] == []
 
 
 def test_a_drain_is_the_storages_only_when_every_failure_is_in_the_outage():
