@@ -577,3 +577,67 @@ def test_resuming_counts_passing_runs_from_the_record():
     assert new == {"filesystem:/a": 2, "filesystem:/b": 1} and [(w[1], w[2]) for w in waiting] == [(2, 3), (1, 3)]
     hold_back(waiting)
     assert f.severity == WARN and f.detail == "failure 2 of 3 before draining"
+
+
+def test_the_edges_of_the_policys_loops_and_defaults():
+    """Each case is a line a mutation changed unnoticed: a skipped item never ends the
+    loop, the defaults are the documented ones."""
+    from slurm_hooks.core.model import Recovery
+    from slurm_hooks.decide.policy import hold_back, hysteresis, recoveries
+    P = "[slurm-hooks]"
+    # A finding skipped first does not end the job-only loop, nor the count.
+    assert [(a.kind, a.job) for a in decide([own("10", ""), own("7", "comment")], "n1", P, ActionsConfig())] == \
+        [("comment", "7")]
+    new, _ = hysteresis([fs("/ok", OK), fs("/a")], {}, {})
+    assert new == {"filesystem:/a": 1}
+    f = fs("/a")
+    f.detail = "code X"
+    hold_back([(f, 1, 2)])
+    assert f.detail == "failure 1 of 2 before draining; code X"
+    # kill_grace defaults to none at all: a requeued job's task still there is the reboot's.
+    a, b = stuck("7", 300), stuck("7", 200)
+    ended = {"requeue:7:n1:300:100": {"done": 100.0, "ended": True},
+             "requeue:7:n1:200:100": {"done": 100.0, "ended": True}}
+    [r] = [x for x in decide([a, b], "n1", P, ActionsConfig(), ended, now=100.5) if x.kind == "reboot"]
+    assert r.incident == "n1:200:100+n1:300:100"
+
+    rec = recoverable()
+    drain = Action("drain", node="n1", reason=R)
+    comment = Action("comment", node="n1", job="7", text="x")
+    # A reboot left as asked, or made "tried", and the actions after it: all kept.
+    two = [on_gpfs(), on_gpfs(pid=301, dev="0:88")]
+    two[1].incident = "n1:301:100"
+    both = Action("reboot", node="n1", reason=R, incident="n1:300:100+n1:301:100")
+    assert recoveries([both, comment], two, {}, rec, {}, True) == [both, comment]
+    tried = {"recover:n1:n1:300:100": {"recovered": False}}
+    one_ = Action("reboot", node="n1", reason=R, incident="n1:300:100")
+    assert recoveries([one_, comment], [on_gpfs()], tried, rec, {}, True)[1:] == [comment]
+    # Only the reboot's own tasks say where it waits: another task's device does not count.
+    other = on_gpfs(pid=302, dev="0:88")
+    other.incident = "n1:302:100"
+    assert [x.kind for x in recoveries([one_], [on_gpfs(), other], {}, rec, {}, True)] == ["recover"]
+    # A probe found after other findings; a task on it without a start time; no node in
+    # this run's actions.
+    nostart = on_gpfs(needs_reboot=False)
+    nostart.evidence.pop("start_ticks")
+    [x] = recoveries([], [nostart, gpfs_probe()], {}, rec, {"filesystem:/gpfs/probe": 2}, True)
+    assert (x.kind, x.node, x.recovery.tasks) == ("recover", "", [[300, 0]])
+    # Not a probe of a recoverable mount, not a mount probe, not failing, never counted: nothing.
+    elsewhere = Finding(check="filesystem", target="/other/probe", status="hung", severity=FAIL, summary="x")
+    site = Finding(check="site", target="/gpfs/probe", status="hung", severity=FAIL, summary="x")
+    warned = gpfs_probe()
+    warned.severity = WARN
+    counts = {"filesystem:/other/probe": 2, "site:/gpfs/probe": 2, "filesystem:/gpfs/probe": 2}
+    assert recoveries([drain], [elsewhere, site, warned], {}, rec, counts, True) == [drain]
+    assert recoveries([drain], [gpfs_probe()], {}, rec, {}, True) == [drain]
+    # A recovery asked this run (for the tasks' reboot) is not followed by the reboot of a
+    # recovery that failed before.
+    failed = {"recover:n1:/gpfs": {"recovered": False}}
+    assert [x.kind for x in recoveries([drain, one_], [on_gpfs(), gpfs_probe()], failed, rec, {}, True)] == \
+        ["drain", "recover"]
+    # Each mount on its own: one whose recovery failed gets the reboot, another hung twice
+    # still gets its recovery.
+    rec["/home"] = Recovery(mountpoint="/home", dev="0:99", method="nfs-force-unmount", probe="/home/probe")
+    home = Finding(check="filesystem", target="/home/probe", status="hung", severity=FAIL, summary="fs /home hung")
+    out = recoveries([drain], [gpfs_probe(), home], failed, rec, {"filesystem:/home/probe": 2}, True)
+    assert [(x.kind, x.incident) for x in out] == [("drain", None), ("reboot", "/gpfs"), ("recover", "/home")]
