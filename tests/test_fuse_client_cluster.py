@@ -1,6 +1,6 @@
 """A real FUSE network client this project did not write (Debian's rclone: `rclone mount`
 of a WebDAV remote that `rclone serve webdav` serves on loopback), mounted by root with
-allow_other, under an unprivileged user's job that reads a shard from it every step.
+allow_other, under an unprivileged user's job that opens a shard on it every step.
 
 Its callers wait asleep (S, request_wait_answer) once it stops answering, where a scan
 of D states never looks:
@@ -31,11 +31,16 @@ INTERVAL = 3
 # Debian's rclone, which tests/run.sh installs: its absence is a failure, never a skip.
 RCLONE = shutil.which("rclone") or "/usr/bin/rclone"
 
+# Each step opens the shard and looks at it: an OPEN, a GETATTR, a FLUSH that rclone must
+# answer, each waited for asleep (S, request_wait_answer). Its data is not read: a read
+# through the page cache may wait for a locked page instead, in D, which the scan of D
+# tasks finds anyway; this test is about the sleepers in S.
 READER = """
-import sys, time
+import os, sys, time
 while True:
-    with open(sys.argv[1] + "/shard", "rb") as f:
-        f.read()
+    fd = os.open(sys.argv[1] + "/shard", os.O_RDONLY)
+    os.fstat(fd)
+    os.close(fd)
     time.sleep(0.05)
 """
 
