@@ -51,10 +51,14 @@ def children() -> list[int]:
 
 
 def state_of(pid: int) -> str:
+    # `status`, never `stat`: the one file of another process shown not to block.
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("State:"):
+                return line.split()[1]
     except (OSError, IndexError):
-        return "?"
+        pass
+    return "?"
 
 
 def comm_of(pid: int) -> str:

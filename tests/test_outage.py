@@ -307,15 +307,8 @@ def test_the_suspects_a_run_names():
     kept = outage.suspects([fs()], {f"{SOURCE} {FSTYPE}": "2026-12-04T03:00:00"}, now=0)
     assert kept == [[SOURCE, FSTYPE, POINT, "2026-12-04T03:00:00"]]
     # Marked as the node's own storage (`scope: node`): never a suspect of an outage.
-    assert outage.suspects([fs()], {}, now=0, node_scope=(f"{POINT}/probe",)) == []
-
-
-def test_which_mount_holds_a_path():
-    assert outage._holds("/gpfs", "/gpfs/probe") and outage._holds("/gpfs", "/gpfs")
-    assert outage._holds("/gpfs/", "/gpfs/probe")          # a mountpoint written with its slash
-    assert outage._holds("/mnt/X", "/mnt/X/probe") and not outage._holds("/mnt/X", "/mnt/Y")
-    assert not outage._holds("/gpfs", "/gpfs2/probe") and not outage._holds("/gpfs", "/home")
-    assert not outage._holds("", "/gpfs")
+    assert outage.suspects([fs()], {}, now=0, node_points=frozenset({POINT})) == []
+    assert outage.suspects([fs()], {}, now=0, node_points=frozenset({"/gpfs2"})) != []
 
 
 def test_a_nodes_published_mounts_are_read_as_written():
@@ -412,3 +405,30 @@ def test_a_drain_is_the_storages_only_when_every_failure_is_in_the_outage():
     assert not outage.covers([], found)
     gpu = Finding(check="gpu", target="0", status="lost", severity=FAIL, summary="x")
     assert not outage.covers([fs(), gpu], found)
+
+
+def test_the_nodes_own_storage_is_the_mount_that_holds_its_path(tmp_path):
+    """`scope: node` names a path; the mount it marks is the one that holds that path in
+    the mount table, the innermost one: a node-local mount below a shared one marks the
+    node-local one alone."""
+    from mounts_fixtures import require_mount_privileges, start_tmpfs
+
+    from slurm_hooks.act.actuation import _node_points
+    from slurm_hooks.checks.filesystem import FilesystemConfig
+    require_mount_privileges()
+    outer = start_tmpfs(tmp_path / "shared", files={"local/": None})
+    try:
+        inner = start_tmpfs(tmp_path / "shared" / "local", files={"probe/": None})
+        try:
+            cfg = default_config()
+            cfg.filesystems[:] = [FilesystemConfig(path=f"{inner.path}/probe", scope="node"),
+                                  FilesystemConfig(path=f"{outer.path}/x")]
+            assert _node_points(cfg) == frozenset({str(inner.path)})
+            cfg.filesystems[:] = [FilesystemConfig(path="/anywhere/probe", mountpoint="/gpfs/", scope="node")]
+            assert _node_points(cfg) == frozenset({"/gpfs"})
+            cfg.filesystems[:] = [FilesystemConfig(path=f"{outer.path}/x")]
+            assert _node_points(cfg) == frozenset()
+        finally:
+            inner.close()
+    finally:
+        outer.close()

@@ -144,9 +144,8 @@ class Real(Side):
         return job
 
     def pids(self, node: str, running: bool = True) -> list:
-        """As the fake's, once the job's processes have started (two readings alike), or,
-        `running` False, once they are gone."""
-        import time
+        """As the fake's, once the job's processes have started (two readings in a row
+        alike, wait_for's interval apart), or, `running` False, once they are gone."""
         last: list = [None]
 
         def steady():
@@ -154,10 +153,7 @@ class Real(Side):
             same, last[0] = now == last[0], now
             if not running:
                 return now == [] and "none"
-            if same and now:
-                return now
-            time.sleep(0.3)
-            return None
+            return now if same and now else None
         got = self.cluster.wait_for(steady, 30, what=f"the job processes on {node}")
         return [] if got == "none" else got
 

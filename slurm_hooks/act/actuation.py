@@ -78,7 +78,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     before = state.load(SUSPECTS)
     mine = outage_of.suspects(findings, {f"{m[0]} {m[1]}": m[3] for m in before.get("mounts", [])
                                          if isinstance(m, list) and len(m) >= 4},
-                              node_scope=tuple(fs.path for fs in cfg.filesystems if fs.scope == "node"))
+                              node_points=_node_points(cfg))
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace,
                             suspects=mine)
     if run.acts_by_exit:
@@ -167,6 +167,20 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if reboot or state.exists("reboot"):
             state.save("reboot", reboot)
     return results
+
+
+def _node_points(cfg: Config) -> frozenset[str]:
+    """The mountpoints of the storage the site marks as this node's own (`scope: node`):
+    the configured `mountpoint`, else the mount that holds the path, from our own mount
+    table (never a stat of a path that may hang)."""
+    marked = [fs for fs in cfg.filesystems if fs.scope == "node"]
+    if not marked:
+        return frozenset()
+    from ..host.mounts import MountTable, normalise
+    table = MountTable.current() if any(not fs.mountpoint for fs in marked) else None
+    held = [normalise(fs.mountpoint) if fs.mountpoint else getattr(table and table.holding(fs.path), "mountpoint", None)
+            for fs in marked]
+    return frozenset(p for p in held if p)
 
 
 def _publish(node: str, mine: list, before: dict, held: list, actions: list, view, slurm, drained: bool) -> bool:

@@ -44,25 +44,23 @@ class Outage:
         return (self.source, self.fstype)
 
     def epoch(self) -> float | None:
-        try:
-            return _epoch(self.since)
-        except ValueError:
-            return None
+        return _epoch(self.since)
 
     def line(self) -> str:
         return f"outage of {self.source} ({self.mountpoint}) on {len(self.nodes)} nodes since {hhmm(self.since)}"
 
 
 def hhmm(since: str) -> str:
-    try:
-        return time.strftime("%H:%M", time.localtime(_epoch(since)))
-    except ValueError:
-        return since or "?"
+    t = _epoch(since)
+    return time.strftime("%H:%M", time.localtime(t)) if t is not None else (since or "?")
 
 
-def _epoch(since: str) -> float:
+def _epoch(since: str) -> float | None:
     import calendar
-    return calendar.timegm(time.strptime(since, SINCE_FORMAT))
+    try:
+        return calendar.timegm(time.strptime(since, SINCE_FORMAT))
+    except ValueError:
+        return None
 
 
 def mount_of(f: Finding) -> tuple[str, str, str] | None:
@@ -79,27 +77,20 @@ def mount_of(f: Finding) -> tuple[str, str, str] | None:
 
 
 def suspects(findings: list[Finding], first_seen: dict, now: float | None = None,
-             node_scope: tuple[str, ...] = ()) -> list[list[str]]:
+             node_points: frozenset[str] = frozenset()) -> list[list[str]]:
     """[[source, fstype, mountpoint, since]] of this run's suspect mounts, sorted;
     `first_seen`: "source fstype" -> since, from the runs before (kept in state);
-    `node_scope`: paths the site marks as this node's own storage (`scope: node`): the
-    mounts that hold them are never suspect of an outage."""
+    `node_points`: the mountpoints of the storage the site marks as this node's own
+    (`scope: node`), never suspect of an outage."""
     now = time.time() if now is None else now
     out: dict[tuple[str, str], list[str]] = {}
     for f in findings:
         m = mount_of(f)
-        if m is None or m[:2] in out or any(_holds(m[2], p) for p in node_scope):
+        if m is None or m[:2] in out or m[2] in node_points:
             continue
         since = first_seen.get(f"{m[0]} {m[1]}") or time.strftime(SINCE_FORMAT, time.gmtime(now))
         out[m[:2]] = [m[0], m[1], m[2], since]
     return [out[k] for k in sorted(out)]
-
-
-def _holds(mountpoint: str, path: str) -> bool:
-    if not mountpoint:
-        return False
-    top = mountpoint.rstrip("/")
-    return path == mountpoint or path.startswith(top + "/")
 
 
 def published(info: dict) -> list[list[str]]:

@@ -105,11 +105,11 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
 def _outages(record: RunRecord, state) -> list:
     """The storage outages this run's actions found (decide/outage.py), as its
     suspect-mounts record keeps them; none on a run with nothing suspect."""
-    if record.status != UNHEALTHY or not state.exists("suspects"):
+    if record.status != UNHEALTHY:
         return []
-    from ..act.actuation import BREAKER_FRESH
+    from ..act.actuation import BREAKER_FRESH, SUSPECTS
     from ..decide.outage import cached
-    saved = state.load("suspects")
+    saved = state.load(SUSPECTS)
     return cached(saved, [m for m in saved.get("mounts") or [] if isinstance(m, list) and len(m) >= 2],
                   BREAKER_FRESH)
 
