@@ -254,6 +254,29 @@ def _mnt_of(fd: int) -> int | None:
     return procfs.mnt_id(os.getpid(), fd, "/proc")
 
 
+def _where(fd: int) -> tuple[int, int] | None:
+    """(mnt_id, inode) of a descriptor, from its fdinfo: the kernel's own answer, no
+    filesystem asked."""
+    return fdinfo_ids(procfs.read_small(f"/proc/{os.getpid()}/fdinfo/{fd}", size=4096) or b"")
+
+
+def fdinfo_ids(data: bytes) -> tuple[int, int] | None:
+    """(mnt_id, inode) from an fdinfo's text; None where the kernel writes no `ino:`
+    (before 5.14) or either is not a number."""
+    mnt = ino = None
+    for line in data.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"mnt_id", b"ino"):
+            try:
+                if key == b"mnt_id":
+                    mnt = int(value)
+                else:
+                    ino = int(value)
+            except ValueError:
+                return None
+    return None if mnt is None or ino is None else (mnt, ino)
+
+
 def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = (),
          hung: list | tuple = ()) -> dict:
     """Runs in a hang-safe child: resolves `path` as the task would, from its root (an
@@ -269,7 +292,11 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
     on it."""
     stops, hangs = set(stop), set(hung)
     root = os.open(f"{proc}/{pid}/root", _PATH | os.O_DIRECTORY)
+    # based: the bottom of `above` (where the walk started, or an absolute link sent it)
+    # is the task's root, so a `..` there, with nothing above, stays.
+    top = _where(root)
     cur = os.dup(root) if path.startswith("/") else os.open(f"{proc}/{pid}/{start}", _PATH)
+    based = path.startswith("/") or (top is not None and _where(cur) == top)
     parts = path.split("/")
     parts.reverse()
     above: list[int] = []
@@ -284,10 +311,15 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
         if here in hangs:
             return {"mnt_id": here, "end": "hung mount"}
         progress(f"mnt {here}")
-        if name == ".." and above:
-            os.close(cur)
-            cur = above.pop()
-            continue
+        if name == "..":
+            if above:
+                os.close(cur)
+                cur = above.pop()
+                continue
+            # `..` of the task's root is the root, as the kernel resolves it for the task
+            # (a chroot's too); opened from here it would climb out into the host's tree.
+            if based:
+                continue
         try:
             nxt = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=cur)
         except FileNotFoundError:
@@ -299,8 +331,15 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
         except OSError:
             target = None
         if target is None:
-            above.append(cur)
-            cur = nxt
+            if name == "..":
+                # Above where a relative walk started: nothing to go back to, and the
+                # task's root may be reached this way (fdinfo tells it by its ids).
+                os.close(cur)
+                cur = nxt
+                based = top is not None and _where(cur) == top
+            else:
+                above.append(cur)
+                cur = nxt
             continue
         os.close(nxt)
         links += 1
@@ -314,7 +353,7 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
                 os.close(fd)
             above = []
             os.close(cur)
-            cur = os.dup(root)
+            cur, based = os.dup(root), True
     return {"mnt_id": _mnt_of(cur), "end": "found"}
 
 
