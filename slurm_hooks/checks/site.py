@@ -148,6 +148,8 @@ def _interpreter(head: bytes, mounts=None) -> str:
         return ""
     words = head[2:].split(b"\n", 1)[0].split()
     interp = words[0].decode("utf-8", "replace") if words else ""
+    if not interp:
+        return "its #! line names no interpreter"
     try:
         fd, _ = open_root_only(interp, mounts=mounts)
     except Untrusted as e:
@@ -259,7 +261,7 @@ def run_site_check(progress, path: str, timeout: float, env: dict) -> dict:
                 out["summary"] = ""
             break
     err = r.stderr[:LOOK_AT].strip().splitlines()
-    out["stderr"] = _cap(err[0], SUMMARY_CAP) if err else ""
+    out["stderr"] = _cap(err[0].strip(), SUMMARY_CAP) if err else ""
     return out
 
 
