@@ -32,9 +32,13 @@ WORK = ROOT / ".mutation"
 
 # The deciding modules and the fast tests that run them in process.
 MODULES: dict[str, list[str]] = {
-    "slurm_hooks/host/waits.py": ["tests/test_promises.py", "tests/test_waits.py", "tests/test_stuck_tasks.py"],
-    "slurm_hooks/checks/_stuck_diagnosis.py": ["tests/test_promises.py", "tests/test_stuck_tasks.py",
-                                               "tests/test_waits.py"],
+    # In-process tests only: the cluster and program-level tests (test_stuck_tasks.py)
+    # run our code in a child, where mutmut sees no test, and cost seconds each.
+    "slurm_hooks/host/waits.py": ["tests/test_waits.py", "tests/test_promises.py", "tests/test_proof.py",
+                                  "tests/test_stuck_tasks_fixture.py"],
+    "slurm_hooks/checks/_stuck_diagnosis.py": ["tests/test_stuck_diagnosis.py", "tests/test_promises.py",
+                                               "tests/test_proof.py", "tests/test_outage.py",
+                                               "tests/test_stuck_tasks_fixture.py"],
     "slurm_hooks/decide/policy.py": ["tests/test_policy.py", "tests/test_decisions.py", "tests/test_recovery.py",
                                      "tests/test_outage.py", "tests/test_promises.py", "tests/test_proof.py",
                                      "tests/test_gpu_verdicts.py"],
@@ -42,7 +46,7 @@ MODULES: dict[str, list[str]] = {
     "slurm_hooks/decide/correlate.py": ["tests/test_gpu_verdicts.py"],
     "slurm_hooks/decide/outage.py": ["tests/test_outage.py", "tests/test_decisions.py"],
     "slurm_hooks/act/recovery.py": ["tests/test_recovery_steps.py", "tests/test_promises.py", "tests/test_recovery.py"],
-    "slurm_hooks/checks/site.py": ["tests/test_promises.py", "tests/test_site_checks.py"],
+    "slurm_hooks/checks/site.py": ["tests/test_site_units.py", "tests/test_promises.py"],
     "slurm_hooks/core/model.py": ["tests/test_model.py", "tests/test_promises.py", "tests/test_outcomes.py",
                                   "tests/test_policy.py", "tests/test_decisions.py"],
     # The fan-out's parser alone: the driver runs in a child (ClusterShell).
