@@ -295,6 +295,8 @@ def entry(name, hooks=("healthcheck",), timeout=None):
 
 
 def test_tasks_follow_the_hook_and_the_shorter_deadline(monkeypatch):
+    for name in [n for n in os.environ if n.startswith("SLURM_")]:
+        monkeypatch.delenv(name)            # the test session's own (its ports, say)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURMD_NODENAME", "elsewhere")
     monkeypatch.setenv("HOME", "/root")
