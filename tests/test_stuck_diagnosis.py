@@ -8,7 +8,7 @@ import os
 import time
 
 import pytest
-from test_stuck_tasks_fixture import MOUNTINFO, task
+from proctree import MOUNTINFO, task
 
 from slurm_hooks.checks import Context
 from slurm_hooks.checks import _stuck_diagnosis as sd

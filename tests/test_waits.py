@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from proctree import task
 
 from slurm_hooks.core.state import StateStore
 from slurm_hooks.host import procfs, waits
@@ -152,13 +153,24 @@ def test_a_superblock_the_host_has_only_as_a_users_fuse_mount_is_theirs():
 
 def test_fdinfo_ids_are_its_mount_and_inode():
     text = b"pos:\t0\nflags:\t012000000\nmnt_id:\t27\nino:\t2\n"
-    assert waits.fdinfo_ids(text) == (27, 2)
-    assert waits.fdinfo_ids(b"ino:\t2\nmnt_id:\t27\nlock:\t1: POSIX  ADVISORY  WRITE 99 00:1c:5 0 EOF\n") == (27, 2)
-    assert waits.fdinfo_ids(b"pos:\t0\nmnt_id:\t27\n") is None          # before 5.14
-    assert waits.fdinfo_ids(b"pos:\t0\nino:\t2\n") is None
-    assert waits.fdinfo_ids(b"mnt_id:\tx\nino:\t2\n") is None
-    assert waits.fdinfo_ids(b"") is None
+    assert procfs.fdinfo_ids(text) == (27, 2)
+    assert procfs.fdinfo_ids(b"ino:\t2\nmnt_id:\t27\nlock:\t1: POSIX  ADVISORY  WRITE 99 00:1c:5 0 EOF\n") == (27, 2)
+    assert procfs.fdinfo_ids(b"pos:\t0\nmnt_id:\t27\n") == (27, None)          # before 5.14
+    assert procfs.fdinfo_ids(b"pos:\t0\nino:\t2\n") == (None, 2)
+    assert procfs.fdinfo_ids(b"mnt_id:\tx\nino:\t2\nmnt_id:\t5\n") == (None, 2)
+    assert procfs.fdinfo_ids(b"") == (None, None)
+    fd = os.open("/", os.O_PATH)
+    try:
+        assert waits._where(fd) == procfs.fd_ids(os.getpid(), fd) and None not in waits._where(fd)
+    finally:
+        os.close(fd)
 
+
+def test_a_kernel_that_does_not_give_the_inode_tells_no_root(monkeypatch):
+    # Before 5.14: no `ino:` in fdinfo. The walk then knows the task's root only by
+    # where it started (an absolute path or an absolute link).
+    monkeypatch.setattr(procfs, "fd_ids", lambda pid, fd, proc=procfs.PROC: (27, None))
+    assert waits._where(0) is None
 
 def test_a_fuse_connection_with_nothing_waiting_is_not_the_one(tmp_path):
     ctl = tmp_path / "connections"
@@ -211,7 +223,6 @@ def test_sleepers_in_a_filesystems_wait_are_found_and_its_servers_are_not(tmp_pa
     """scan_fs_waits on a /proc tree laid out as the kernel's: only threads asleep (S) in
     a filesystem's wait channel, not a FUSE server reading its device, not a thread in
     D (the stuck-task scan's), not a process the caller skips."""
-    from test_stuck_tasks_fixture import task
     proc = tmp_path / "proc"
     task(proc, 91001, 91001, "reader", "S", wchan="request_wait_answer")
     task(proc, 91002, 91002, "fusefs", "S", wchan="fuse_dev_do_read")

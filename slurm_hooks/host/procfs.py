@@ -411,11 +411,24 @@ def mnt_id(pid: int, fd: int, proc: str = PROC) -> int | None:
     """The kernel's id of the mount an open descriptor lives on (fdinfo's mnt_id): the
     mount itself, whatever the descriptor's path string says (a symlink, a lazy
     unmount, a rename). fdinfo is answered from the open file, never its filesystem."""
-    data = read_small(f"{proc}/{pid}/fdinfo/{fd}", size=4096)
-    for line in (data or b"").splitlines():
-        if line.startswith(b"mnt_id:"):
+    return fd_ids(pid, fd, proc)[0]
+
+
+def fd_ids(pid: int, fd: int, proc: str = PROC) -> tuple[int | None, int | None]:
+    """(mnt_id, inode) of an open descriptor, from its fdinfo (see mnt_id)."""
+    return fdinfo_ids(read_small(f"{proc}/{pid}/fdinfo/{fd}", size=4096) or b"")
+
+
+def fdinfo_ids(data: bytes) -> tuple[int | None, int | None]:
+    """(mnt_id, inode) from an fdinfo's text, each None where it is missing (the kernel
+    writes `ino:` from 5.14 on) or not a number."""
+    found: dict[bytes, int | None] = {}
+    for line in data.splitlines():
+        key, _, value = line.partition(b":")
+        if key in (b"mnt_id", b"ino") and key not in found:
             try:
-                return int(line[7:])
+                found[key] = int(value)
             except ValueError:
-                return None
+                found[key] = None
+    return found.get(b"mnt_id"), found.get(b"ino")
     return None

@@ -254,27 +254,11 @@ def _mnt_of(fd: int) -> int | None:
     return procfs.mnt_id(os.getpid(), fd, "/proc")
 
 
-def _where(fd: int) -> tuple[int, int] | None:
-    """(mnt_id, inode) of a descriptor, from its fdinfo: the kernel's own answer, no
-    filesystem asked."""
-    return fdinfo_ids(procfs.read_small(f"/proc/{os.getpid()}/fdinfo/{fd}", size=4096) or b"")
-
-
-def fdinfo_ids(data: bytes) -> tuple[int, int] | None:
-    """(mnt_id, inode) from an fdinfo's text; None where the kernel writes no `ino:`
-    (before 5.14) or either is not a number."""
-    mnt = ino = None
-    for line in data.splitlines():
-        key, _, value = line.partition(b":")
-        if key in (b"mnt_id", b"ino"):
-            try:
-                if key == b"mnt_id":
-                    mnt = int(value)
-                else:
-                    ino = int(value)
-            except ValueError:
-                return None
-    return None if mnt is None or ino is None else (mnt, ino)
+def _where(fd: int) -> tuple[int | None, int | None] | None:
+    """(mnt_id, inode) of one of our descriptors (fdinfo: the kernel's own answer, no
+    filesystem asked); None where the kernel does not give both."""
+    ids = procfs.fd_ids(os.getpid(), fd, "/proc")
+    return None if None in ids else ids
 
 
 def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = (),
