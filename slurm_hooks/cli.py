@@ -275,11 +275,17 @@ def _healthcheck(cfg: Config, dry_run: bool, as_json: bool = False) -> int:
 def _status(cfg: Config, as_json: bool) -> int:
     import json
 
+    from .act.mounts import DEFAULT_INTERVAL, fresh_for
+    from .host.runner import Runner
     from .slurm.api import SlurmError
+    from .slurm.conffile import health_check_interval
     from .slurm.connect import open_backend
     from .views.status import collect, render
     try:
-        st = collect(open_backend(cfg.slurm), cfg.reason_prefix)
+        slurm = open_backend(cfg.slurm)
+        # How long a node's word on a mount counts: two of its health-check intervals.
+        every = cfg.outage.interval or health_check_interval(cfg.slurm.conf, Runner()) or DEFAULT_INTERVAL
+        st = collect(slurm, cfg.reason_prefix, fresh_for=fresh_for(every))
     except SlurmError as e:
         if as_json:
             _json_error("status", f"cannot ask Slurm: {e}")
@@ -308,7 +314,11 @@ def _explain(args) -> int:
         print(f"slurm-hooks explain: {msg}", file=sys.stderr)
         return EXIT_USAGE
     records = journal.read(path)
-    drain = StateStore(state_dir(cfg, node)).load("drain")
+    store = StateStore(state_dir(cfg, node))
+    drain = store.load("drain")
+    from .act.actuation import INCIDENTS, PAST_INCIDENTS
+    from .decide.mount_incident import load
+    incidents = load(store.load(PAST_INCIDENTS)) + load(store.load(INCIDENTS))
     named = any(r.get("node") == node for r in records)
     # A mistyped --node must not read as "healthy, not drained". Runs that could not
     # read their configuration name no node: this host's, so only without --node.
@@ -319,10 +329,10 @@ def _explain(args) -> int:
         print(f"slurm-hooks explain: {msg}", file=sys.stderr)
         return EXIT_UNHEALTHY
     if args.json:
-        doc = dict(explain_json(records, node, drain, args.runs), journal=path)
+        doc = dict(explain_json(records, node, drain, args.runs, incidents), journal=path)
         print(json.dumps(doc, indent=2, default=str))
     else:
-        print(explain(records, node, drain, args.runs))
+        print(explain(records, node, drain, args.runs, incidents))
     return EXIT_OK
 
 

@@ -1,6 +1,7 @@
 """Paths and small utilities shared by the tests."""
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -282,3 +283,17 @@ def stuck_for_good(path, tries: int = 5):
             if proc_state(p.pid) == "D":
                 return p, start
     raise AssertionError(f"no unkillable task on {path} in {tries} tries")
+
+
+def still_in_d(monkeypatch, pid: int) -> None:
+    """The kernel's word on `pid` (this process) as a task still stuck would give it:
+    its status says D."""
+    from slurm_hooks.host import procfs
+    real = procfs.read_small
+
+    def read_small(path, *a, **kw):
+        data = real(path, *a, **kw)
+        if path == f"/proc/{pid}/status" and data:
+            data = re.sub(rb"State:\t\S+ \([^)]*\)", b"State:\tD (disk sleep)", data)
+        return data
+    monkeypatch.setattr(procfs, "read_small", read_small)

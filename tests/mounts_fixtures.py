@@ -378,7 +378,9 @@ class FuseMount:
         # 2. Nothing may stay blocked on this connection (best effort,
         # bounded): fusectl's per-connection count of waiting requests, and
         # D-state processes with their cwd or an fd under the mount.
-        conn = fusectl_connection(entry) if entry is not None else None
+        # Only where fusectl is mounted already: a teardown that mounted it would do for
+        # the product what a node without it never does (slurm-hooks mounts it itself).
+        conn = fusectl_connection(entry, mount=False) if entry is not None else None
         deadline = time.monotonic() + 3.0
         while True:
             waiting = _read_int(os.path.join(conn, "waiting")) if conn else 0
@@ -431,14 +433,20 @@ def fusectl_connection(entry, mount=True):
 
 
 def abort_fuse_connection(entry):
-    """Write 1 to /sys/fs/fuse/connections/DEV/abort for a mountinfo entry
-    (mounts fusectl there first if it is not mounted)."""
+    """Write 1 to /sys/fs/fuse/connections/DEV/abort for a mountinfo entry. Where
+    fusectl is not mounted it is mounted for this and taken away again: the test's own
+    teardown leaves the node as it found it (the product must mount it itself)."""
+    mounted_here = not any(m.fstype == "fusectl" for m in read_mountinfo())
     conn = fusectl_connection(entry)
-    if conn is None:
-        raise MountError("no fusectl connection directory for %s"
-                         % entry.mountpoint)
-    with open(os.path.join(conn, "abort"), "w") as f:
-        f.write("1")
+    try:
+        if conn is None:
+            raise MountError("no fusectl connection directory for %s"
+                             % entry.mountpoint)
+        with open(os.path.join(conn, "abort"), "w") as f:
+            f.write("1")
+    finally:
+        if mounted_here:
+            run_bounded(["umount", FUSECTL_DIR], 10.0)
 
 
 @contextlib.contextmanager

@@ -209,3 +209,27 @@ def test_yaml_tags_that_build_objects_are_refused(tmp_path):
     with pytest.raises(config.ConfigError) as e:
         load_config(str(path), cache_dir=None)
     assert str(path) in str(e.value)
+
+
+def test_config_check_names_fusectl_where_it_matters():
+    """fusectl is where a fuse-abort recovery writes, and what the stuck-task check asks
+    about a FUSE mount; nothing guarantees it is mounted. `config check` says whether it
+    is, and that slurm-hooks mounts it itself; where no FUSE mount or fuse-abort is in
+    play it says nothing."""
+    from slurm_hooks.checks.filesystem import FilesystemConfig, RecoverConfig
+    from slurm_hooks.host.mounts import MountTable, parse_mountinfo
+    from slurm_hooks.views.configcheck import probe_plan, render_plan
+    root = "1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"
+    rclone = "40 1 0:42 / /data rw - fuse.rclone gpfs:/fs1 rw,user_id=0,group_id=0,allow_other\n"
+    ctl = "41 1 0:43 / /sys/fs/fuse/connections rw - fusectl fusectl rw\n"
+    cfg = default_config()
+    assert probe_plan(cfg, MountTable(parse_mountinfo(root)))["fusectl"] == ""
+    plan = probe_plan(cfg, MountTable(parse_mountinfo(root + rclone)))
+    assert plan["fusectl"].startswith("fusectl: not mounted at /sys/fs/fuse/connections; slurm-hooks mounts it")
+    assert plan["fusectl"] in render_plan(plan)
+    assert probe_plan(cfg, MountTable(parse_mountinfo(root + rclone + ctl)))["fusectl"] == \
+        "fusectl: mounted at /sys/fs/fuse/connections"
+    f = FilesystemConfig(path="/scratch")
+    f.recover = RecoverConfig(method="fuse-abort")
+    cfg.filesystems[:] = [f]
+    assert "before a fuse-abort recovery needs it" in probe_plan(cfg, MountTable(parse_mountinfo(root)))["fusectl"]

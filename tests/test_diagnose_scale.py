@@ -134,7 +134,9 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(cluster32,
                  if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
         print(f"RPCS second round {sum(spent.values())} for {len(cluster.nodes)} failing runs: {spent}")
         assert spent.get("REQUEST_NODE_INFO", 0) == len(cluster.nodes), spent
-        assert spent.get("REQUEST_UPDATE_NODE", 0) == 0 and "REQUEST_PARTITION_INFO" not in spent, spent
+        # A drained node whose first run did not know the outage yet now says it first in
+        # its reason: at most one update each.
+        assert spent.get("REQUEST_UPDATE_NODE", 0) <= len(drained) and "REQUEST_PARTITION_INFO" not in spent, spent
     finally:
         cluster.resume_all()
 

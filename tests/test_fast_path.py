@@ -219,7 +219,8 @@ def test_lazy_patterns_match_as_compiled_ones():
 # health check does not run (its metrics table is of the checks that ran).
 HEAVY = ("re", "json", "enum", "dataclasses", "inspect", "argparse", "typing", "signal", "shutil", "yaml",
          "slurm_hooks.core.config_yaml", "slurm_hooks.act.spool", "slurm_hooks.act.ledger",
-         "slurm_hooks.act.after_reboot", "slurm_hooks.checks._stuck_diagnosis", "slurm_hooks.host.waits",
+         "slurm_hooks.act.after_reboot", "slurm_hooks.checks._stuck_diagnosis", "slurm_hooks.checks._stuck_waits",
+         "slurm_hooks.checks._stuck_reads", "slurm_hooks.decide.mount_incident", "slurm_hooks.host.waits",
          "slurm_hooks.host.syscalls", "slurm_hooks.host.jobs", "slurm_hooks.checks.leftovers",
          "slurm_hooks.decide.policy", "slurm_hooks.decide.correlate")
 
@@ -307,8 +308,8 @@ def test_this_runs_probes_in_d_are_not_taken_for_stuck_tasks(hung_mount, tmp_pat
     """Probes now run while the stuck-task scan reads /proc: a probe of this run caught
     in D is its own check's business, while any other task in D still is found."""
     from slurm_hooks.checks import Context
-    from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
     from slurm_hooks.checks._config import default_config as Config
+    from slurm_hooks.checks.stuck_tasks import StuckTasksCheck
     from slurm_hooks.core.state import StateStore
     from slurm_hooks.host.runner import HUNG, Runner, Task
 

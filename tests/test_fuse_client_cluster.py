@@ -5,16 +5,16 @@ allow_other, under an unprivileged user's job that opens a shard on it every ste
 Its callers wait asleep (S, request_wait_answer) once it stops answering, where a scan
 of D states never looks:
 - the node's client hangs (the same storage answers elsewhere: a node-local fault):
-  the node is drained, the job requeued with the mount and file *before* the mount is
-  aborted and mounted again with rclone's own command, then the node resumes and the
-  job runs again; it never ends FAILED;
-- the server freezes with no recovery configured: drained and requeued, no reboot while
-  the server may come back."""
+  the node is drained at once; one health-check interval later, no other node naming
+  the mount, the job is requeued with the mount and file *before* the mount is aborted
+  and mounted again with rclone's own command, then the node resumes and the job runs
+  again; it never ends FAILED.
+The server itself freezing on every node (the storage's outage) and the clients dying
+with a restart of the storage: tests/test_storage_night_cluster.py."""
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,12 +24,11 @@ from pathlib import Path
 import pytest
 from attacker import PY
 from helpers import journal, write_node_configs
+from rclone_storage import RCLONE, free_port, mounted, pids_of
 from test_security import mallory, mallory_session, sbatch_as  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.cluster
 INTERVAL = 3
-# Debian's rclone, which tests/run.sh installs: its absence is a failure, never a skip.
-RCLONE = shutil.which("rclone") or "/usr/bin/rclone"
 
 # Each step opens the shard and looks at it: an OPEN, a GETATTR, a FLUSH that rclone must
 # answer, each waited for asleep (S, request_wait_answer). Its data is not read: a read
@@ -45,31 +44,8 @@ while True:
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pids_of(comm: str, word: str) -> list[int]:
-    """Our rclone processes, told apart by a word of their command line (read here, in
-    the test, of processes that are ours and do not hang)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if (p / "comm").read_text().strip() == comm and word in (p / "cmdline").read_bytes().decode(errors="replace"):
-                out.append(int(p.name))
-    return out
-
-
 def actions(root, node, kind):
     return [a for r in journal(root, node) for a in r["actions"] if a["kind"] == kind]
-
-
-def mounted(path: Path) -> bool:
-    return any(line.split()[4] == str(path) for line in Path("/proc/self/mountinfo").read_text().splitlines())
 
 
 class Remote:
@@ -185,25 +161,3 @@ def test_the_nodes_rclone_client_hangs_the_job_first_then_the_mount_then_the_nod
     assert not actions(tmp_path, "n1", "reboot") and not marker.exists()
     assert cluster.show_job(job).get("JobState") != "FAILED"
     print(f"rclone client hung: job requeued after {requeued:.1f}s, node back in service after {back:.1f}s")
-
-
-def test_the_rclone_server_freezes_without_recovery_drained_and_requeued_no_reboot(clean_cluster, mallory,  # noqa: F811
-                                                                                   remote, tmp_path):
-    cluster = clean_cluster
-    program, marker = reboot_program(tmp_path)
-    # Listed on every node, as the README advises for a shared mount: a frozen server is
-    # every node's hang, the storage's outage. The job's killed reader waits in D until
-    # the server answers; no reboot cures that.
-    configure(cluster, tmp_path, remote, None, program, nodes=cluster.nodes)
-    job = start_reader(cluster, mallory, remote)
-    os.kill(remote.server.pid, signal.SIGSTOP)
-    cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n1"), 6 * INTERVAL + 20, what="n1 drained")
-    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 6 * INTERVAL + 20, what="the job requeued")
-    time.sleep(3 * INTERVAL)         # more failing runs: still no reboot
-    assert not [a for a in actions(tmp_path, "n1", "reboot") if a["outcome"] == "done"] and not marker.exists()
-    # The server answers again: the node resumes by itself, the job runs again.
-    os.kill(remote.server.pid, signal.SIGCONT)
-    cluster.wait_for(lambda: not [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)], 4 * INTERVAL + 20,
-                     what="every node resumed")
-    cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 60, what="the job running again")
-    assert not marker.exists()

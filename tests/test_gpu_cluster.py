@@ -49,7 +49,7 @@ class Node:
         self.config = tmp_path / "n1.yaml"
         doc = {"state_dir": str(tmp_path / "state"), "journal": str(tmp_path / "journal.jsonl"),
                "filesystems": [{"path": str(tmp_path)}], "kernel_log": str(KernelLog(tmp_path / "kmsg")), "slurm": cluster.hooks_slurm(),
-               "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
+               "stuck_tasks": {"grace": 0.5, "sample_window": 0.3}, "outage": {"interval": 1},
                "gpu": {"enabled": "true", "count": 4, "timeout": 5, "idle": {"window": 1}}}
         doc.update(cfg)
         self.config.write_text(yaml.safe_dump(doc))
@@ -88,6 +88,10 @@ def test_the_incident_one_diagnosis_for_the_idle_gpu_and_its_stuck_rank(clean_cl
     assert f["evidence"]["idle_gpu"]["index"] == 0
     reason = cluster.show_node("n1")["Reason"]
     assert ours(reason, f"job {job} stuck in openat() on {hung_mount.path}/main_log.txt")
+    # The rank waits on a network mount: the job is requeued once the mount's scope is
+    # known (one interval, no other node naming it).
+    time.sleep(1.1)
+    node.run(busy_gpus(pids, idle=0))
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
     assert "idles because of it" in cluster.show_job(job)["AdminComment"]
 

@@ -118,26 +118,38 @@ def test_an_asleep_reader_is_nothing_while_no_probe_hangs(reader, tmp_path):
         m.close()
 
 
-def test_no_recovery_before_the_jobs_waiting_on_the_mount_are_requeued(tmp_path):
-    """Jobs first: an abort fails every call it frees, and a job whose reader dies of it
-    before Slurm requeued it ends FAILED. The recovery waits for the ledger to show the
-    job's requeue (or cancel), done in this run or an earlier one."""
-    from slurm_hooks.act import actuation
+def test_no_recovery_before_slurm_says_the_jobs_waiting_on_the_mount_are_gone(tmp_path):
+    """Jobs first, by Slurm's word: an abort fails every call it frees, and a job whose
+    reader dies of it while it runs here ends FAILED. A requeue skipped (a --no-requeue
+    job, "left running") leaves a ledger entry and ends nothing: the recovery waits
+    until Slurm says the job no longer runs on the node."""
+    from slurm_hooks.act import mounts
     from slurm_hooks.checks._config import default_config as Config
     from slurm_hooks.core.model import Action, Recovery
     from slurm_hooks.core.outcomes import Code
     from slurm_hooks.core.state import StateStore
+    from slurm_hooks.slurm.fake import FakeSlurm
 
+    slurm = FakeSlurm()
+    job = slurm.add_job("n1,n2", requeue=False)
     cfg = Config(state_dir=str(tmp_path / "state"))
     state = StateStore(str(tmp_path / "state" / "n1"))
     r = Recovery(mountpoint="/nowhere-mounted", dev="0:999", method="fuse-abort", probe="/nowhere-mounted",
-                 jobs=["7"], tasks=[[999999, 1]])
+                 jobs=[job], tasks=[[999999, 1]])
     a = Action("recover", node="n1", reason="x", incident="n1:1:1", recovery=r)
-    [res] = actuation._recover(cfg, "n1", [a], None, state, {}, False, False, {})
-    assert res.code == Code.JOBS_FIRST and "job 7 has a task waiting on /nowhere-mounted" in res.message, res
-    # Requeued (here, or by an earlier run): the recovery goes ahead.
-    ledger = {"requeue:7:n1:1:1": {"done": time.time(), "seen": time.time(), "ended": True}}
-    [res] = actuation._recover(cfg, "n1", [a], None, state, ledger, False, False, {})
+    skipped = {f"requeue:{job}:n1:1:1": {"done": time.time(), "seen": time.time(), "ended": False}}
+    [res] = mounts.recover(cfg, "n1", [a], slurm, state, skipped, False, False, {})
+    assert res.code == Code.JOBS_FIRST and f"job {job} still runs here" in res.message, res
+    # Slurm cannot be asked: the job is taken to run, the recovery waits.
+    [res] = mounts.recover(cfg, "n1", [a], None, state, {}, False, False, {})
+    assert res.code == Code.JOBS_FIRST, res
+    # The job ended (or was requeued: it runs nowhere now): the recovery goes ahead.
+    slurm.end_job(job)
+    res, told = mounts.recover(cfg, "n1", [a], slurm, state, skipped, False, False, {})
+    assert res.code != Code.JOBS_FIRST and told.action.kind == "comment", (res, told)
+    # The site lets such jobs end as they end (actions.requeue_job: false): no wait at all.
+    cfg.actions.requeue_job = False
+    [res] = mounts.recover(cfg, "n1", [a], None, state, {}, False, False, {})
     assert res.code != Code.JOBS_FIRST, res
 
 

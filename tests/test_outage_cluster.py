@@ -117,3 +117,57 @@ def test_the_storage_of_the_whole_cluster_stops_then_answers_again(clean_cluster
     finally:
         m.resume()
         m.close()
+
+
+def test_a_reboot_asked_before_the_outage_was_known_is_withdrawn(clean_cluster, mallory, mallory_session,  # noqa: F811
+                                                                 tmp_path):
+    """n1 alone probes the mount when its server stops: one interval later, no other node
+    naming it, it is n1's fault: the job is requeued, its killed reader stays in D, the
+    reboot is asked (n1 COMPLETING: requested, not issued). Then the other nodes look at
+    the same mount and name it: an outage after all. n1 withdraws its own reboot
+    (`scontrol cancel_reboot`), stays drained, resumable, and is back in service with the
+    others once the storage answers; RebootProgram never runs."""
+    import yaml
+    cluster = clean_cluster
+    m = start_fuse(mallory_session.base / f"gpfs-{time.monotonic_ns()}", "ok")
+    try:
+        Path(m.path, "shard").write_bytes(b"x" * 8192)
+        marker = tmp_path / "rebooted"
+        reboot = tmp_path / "reboot-program"
+        reboot.write_text(f"#!/bin/sh\necho rebooted >> {marker}\n")
+        reboot.chmod(0o755)
+        fs = {"path": str(m.path), "mountpoint": str(m.path), "timeout": 1, "mode": "read"}
+        common = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 2, "sample_window": 0.5},
+                  "policy": {"resume_after": 1, "max_drained_nodes": 3}}
+        wrapper = write_node_configs(tmp_path, cluster, {"n1": {"filesystems": [{"path": str(tmp_path)}, fs]}}, common)
+        reader = mallory.write("reader.py", READER, 0o644)
+        job = sbatch_as(mallory, cluster, f"exec {PY} {reader} {m.path}\n", "--requeue")
+        cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 30, what="the job running")
+        cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
+                            f"HealthCheckNodeState=ANY\nRebootProgram={reboot}\n")
+        m.stall()
+        cluster.wait_for(lambda: [a for a in actions(tmp_path, "n1", "reboot") if a["outcome"] == "done"],
+                         12 * INTERVAL + 30, what="n1's reboot asked")
+        assert "REBOOT_REQUESTED" in cluster.node_state("n1") and not marker.exists()
+        # The others look at the same mount now (what a slower spread of the outage is).
+        for n in ("n2", "n3"):
+            path = tmp_path / "conf" / f"{n}.yaml"
+            doc = yaml.safe_load(path.read_text())
+            doc["filesystems"].append(fs)
+            path.write_text(yaml.safe_dump(doc))
+        [w] = cluster.wait_for(lambda: [a for a in actions(tmp_path, "n1", "cancel_reboot") if a["outcome"] == "done"],
+                               6 * INTERVAL + 20, what="n1's reboot withdrawn")
+        assert w["code"] == "withdrawn" and w["reason"].startswith(f"outage of fusefs-ok ({m.path}) on "), w
+        state = cluster.node_state("n1")
+        assert "REBOOT" not in state and "DRAIN" in state, state
+        out = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "conf" / "n1.yaml"), "explain"],
+                             capture_output=True, text=True, timeout=60, env={"SLURMD_NODENAME": "n1"}).stdout
+        assert "cancel_reboot done" in out and "auto-resume: yes" in out, out
+        m.resume()
+        cluster.wait_for(lambda: not [n for n in cluster.nodes if "DRAIN" in cluster.node_state(n)],
+                         6 * INTERVAL + 30, what="every node back in service")
+        cluster.wait_for(lambda: cluster.show_job(job).get("JobState") == "RUNNING", 90, what="the job running again")
+        assert not marker.exists()
+    finally:
+        m.resume()
+        m.close()

@@ -472,7 +472,15 @@ def test_a_reboot_waits_for_a_job_nothing_of_ours_ended():
     assert (r.after_job, r.incident) == (None, "n1:300:100")
 
 
-# --- recoveries(): a reboot made a recovery, field by field -------------------------------------
+# --- recoveries() (decide/mount_incident.py): a reboot made a recovery, field by field ------------
+
+
+def recoveries(actions, findings, ledger, rec, counts, drained):
+    """The mount's recovery with no incident of a network mount in this run (what these
+    tests' findings are not): the rules of the recovery alone."""
+    from slurm_hooks.decide.mount_incident import recoveries as of_mounts
+    return of_mounts(actions, findings, [], ledger, rec, counts, drained)
+
 
 R = "job 7 pid 300 stuck in write() on /gpfs/log (gpfs) [slurm-hooks]"
 
@@ -497,7 +505,6 @@ def recoverable():
 def test_a_reboot_for_tasks_on_one_recoverable_mount_becomes_its_recovery():
     from slurm_hooks.core.model import Recovery
     from slurm_hooks.core.reason import with_note
-    from slurm_hooks.decide.policy import recoveries
     drain = Action("drain", node="n1", reason=R)
     reboot = Action("reboot", node="n1", reason=R, incident="n1:300:100+n1:301:0")
     tasks = [on_gpfs(), on_gpfs(pid=301, start=0)]
@@ -516,15 +523,17 @@ def test_a_reboot_for_tasks_on_one_recoverable_mount_becomes_its_recovery():
     two = [on_gpfs(), on_gpfs(pid=301, dev="0:88")]
     two[1].incident = "n1:301:0"
     assert recoveries([reboot], two, {}, recoverable(), {}, True) == [reboot]
+    # A reboot that waits for a job nothing could end: the recovery stands in for it
+    # all the same, and waits for that job itself (act/mounts.py asks Slurm).
     later = Action("reboot", node="n1", reason=R, incident="n1:300:100", after_job="7")
-    assert recoveries([later], tasks, {}, recoverable(), {}, True) == [later]
+    [x] = recoveries([later], tasks, {}, recoverable(), {}, True)
+    assert (x.kind, x.recovery.jobs) == ("recover", ["7"])
     assert recoveries([reboot], tasks, {}, recoverable(), {}, False) == [reboot]
     assert recoveries([reboot], tasks, {}, {}, {}, True) == [reboot]
 
 
 def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
     from slurm_hooks.core.model import Recovery
-    from slurm_hooks.decide.policy import recoveries
     drain = Action("drain", node="n1", reason=R)
     probe = gpfs_probe()
     on_it = on_gpfs(needs_reboot=False)
@@ -549,7 +558,6 @@ def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
 
 def test_a_recovery_that_left_the_mount_hung_is_followed_by_the_reboot():
     from slurm_hooks.core.reason import with_note
-    from slurm_hooks.decide.policy import recoveries
     failed = {"recover:n1:/gpfs": {"recovered": False}}
     drain = Action("drain", node="n1", reason=R)
     out = recoveries([drain], [gpfs_probe()], failed, recoverable(), {}, True)
@@ -583,7 +591,7 @@ def test_the_edges_of_the_policys_loops_and_defaults():
     """Each case is a line a mutation changed unnoticed: a skipped item never ends the
     loop, the defaults are the documented ones."""
     from slurm_hooks.core.model import Recovery
-    from slurm_hooks.decide.policy import hold_back, hysteresis, recoveries
+    from slurm_hooks.decide.policy import hold_back, hysteresis
     P = "[slurm-hooks]"
     # A finding skipped first does not end the job-only loop, nor the count.
     assert [(a.kind, a.job) for a in decide([own("10", ""), own("7", "comment")], "n1", P, ActionsConfig())] == \

@@ -17,7 +17,7 @@ import yaml
 from helpers import run_record, stuck_for_good
 
 from slurm_hooks.act import recovery
-from slurm_hooks.act.actuation import _probe
+from slurm_hooks.act.mounts import _probe
 from slurm_hooks.core.model import FAIL, Finding, Recovery
 from slurm_hooks.core.state import StateStore
 from slurm_hooks.host import waits
@@ -127,6 +127,8 @@ def test_a_pid_reused_by_another_process_is_not_a_task_left_behind(tmp_path, mon
     out = recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok"))
     assert (out.freed, out.left) == (1, [])
     r = Recovery(mountpoint="/gone", dev="0:50", method="fuse-abort", tasks=[[os.getpid(), me]])
+    from helpers import still_in_d
+    still_in_d(monkeypatch, os.getpid())
     out = recovery.recover(r, Runner(StateStore(str(tmp_path / "state"))), lambda: (True, "ok"))
     assert (out.freed, out.left) == (0, [[os.getpid(), me]])
 

@@ -34,7 +34,7 @@ from slurm_hooks.checks._config import load_config
 from slurm_hooks.core.model import Finding, Recovery
 from slurm_hooks.core.records import fields as record_fields
 from slurm_hooks.core.state import StateStore
-from slurm_hooks.decide import policy
+from slurm_hooks.decide import mount_incident, policy
 from slurm_hooks.host import waits
 from slurm_hooks.host.mounts import MountTable, parse_mountinfo
 from slurm_hooks.host.runner import Runner
@@ -56,10 +56,15 @@ def mallory(mallory_module):
 
 @pytest.fixture
 def fusectl():
-    """fusectl where the rules read it (a FUSE mount's `waiting`, its `abort`)."""
-    if not any(m.fstype == "fusectl" for m in read_mountinfo()):
+    """fusectl where the rules read it (a FUSE mount's `waiting`, its `abort`), for the
+    test's own readings; taken away again after the test if it mounted it, so that no
+    later test finds it mounted for the product (which mounts it itself)."""
+    mounted_here = not any(m.fstype == "fusectl" for m in read_mountinfo())
+    if mounted_here:
         subprocess.run(["mount", "-t", "fusectl", "fusectl", FUSECTL_DIR], check=True, timeout=10)
-    return FUSECTL_DIR
+    yield FUSECTL_DIR
+    if mounted_here:
+        subprocess.run(["umount", FUSECTL_DIR], check=False, timeout=10)
 
 
 @pytest.fixture
@@ -221,14 +226,14 @@ def test_recovery_acts_on_the_proven_device_not_on_a_name_from_the_tasks_namespa
     assert (f["status"], ev["cause"]) == ("stuck", "shared_filesystem"), ev["attribution"]
     assert (ev["mountpoint"], ev["mount_dev"]) == (str(scratch.path), home_dev), "the vector: a name from its namespace"
 
-    from slurm_hooks.act.actuation import _recoverable
+    from slurm_hooks.act.mounts import recoverable as _recoverable
     cfg_path = tmp_path / "recover.yaml"
     cfg_path.write_text(yaml.safe_dump({"filesystems": [
         {"path": str(p), "recover": {"method": "fuse-abort", "wait": 5}} for p in (home.path, scratch.path)]}))
     cfg = load_config(str(cfg_path))
     stuck = as_finding(f)
     decided = policy.decide([stuck], "testnode", "p:", cfg.actions, {}, 0.0)
-    [a] = [a for a in policy.recoveries(decided, [stuck], {}, _recoverable(cfg), {}, True) if a.kind == "recover"]
+    [a] = [a for a in mount_incident.recoveries(decided, [stuck], [], {}, _recoverable(cfg), {}, True) if a.kind == "recover"]
     assert (a.recovery.mountpoint, a.recovery.dev) == (str(home.path), home_dev)
 
     runner = Runner(StateStore(str(tmp_path / "rstate")))

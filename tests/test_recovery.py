@@ -1,4 +1,4 @@
-"""Recovery without a reboot (recovery.py, policy.recoveries) on real FUSE mounts whose
+"""Recovery without a reboot (recovery.py, mount_incident.recoveries) on real FUSE mounts whose
 callers stay in D after SIGKILL (tests/fusefs.py `stuck`): the kernel's own way out."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from helpers import poll, stuck_for_good
 
 from slurm_hooks.act import recovery
-from slurm_hooks.act.actuation import _probe
+from slurm_hooks.act.mounts import _probe
 from slurm_hooks.core.model import FAIL, Action, Finding, Recovery
 from slurm_hooks.core.state import StateStore
-from slurm_hooks.decide import policy
+from slurm_hooks.decide import mount_incident
 from slurm_hooks.host.mounts import MountTable
 from slurm_hooks.host.runner import Runner
 
@@ -79,7 +79,7 @@ def test_a_task_stuck_elsewhere_too_survives_the_recovery(make_fuse, remounted, 
     runner = Runner(StateStore(str(tmp_path / "state")))
     out = recovery.recover(r, runner, lambda: _probe(runner, r, "n1"))
     assert not out.recovered and out.left == [[q.pid, qstart]] and out.freed == 1
-    assert f"1 of 2 stuck tasks still there after 1s (pid {q.pid})" in out.summary(r)
+    assert f"1 of 2 stuck tasks still stuck after 1s (pid {q.pid})" in out.summary(r)
 
 
 def test_an_abort_of_a_mount_that_is_not_fuse_is_refused(tmp_path):
@@ -124,31 +124,31 @@ def reboot(f):
 
 def test_a_reboot_for_a_recoverable_mount_becomes_a_recovery_once():
     f = stuck()
-    [a] = policy.recoveries([reboot(f)], [f], {}, RECOVERABLE, {}, drained=True)
+    [a] = mount_incident.recoveries([reboot(f)], [f], [], {}, RECOVERABLE, {}, drained=True)
     assert a.kind == "recover" and a.recovery.tasks == [[345, 100]] and a.recovery.jobs == ["12"]
     # Tried already: the reboot, saying so.
-    [b] = policy.recoveries([reboot(f)], [f], {"recover:n1:n1:345:100": {"done": 1.0}}, RECOVERABLE, {}, True)
+    [b] = mount_incident.recoveries([reboot(f)], [f], [], {"recover:n1:n1:345:100": {"done": 1.0}}, RECOVERABLE, {}, True)
     assert b.kind == "reboot" and b.reason.endswith("(recovery tried: fuse-abort /scratch) [slurm-hooks]")
 
 
 def test_no_recovery_where_we_did_not_drain_nor_for_another_mount():
     f = stuck()
-    assert [a.kind for a in policy.recoveries([reboot(f)], [f], {}, RECOVERABLE, {}, drained=False)] == ["reboot"]
+    assert [a.kind for a in mount_incident.recoveries([reboot(f)], [f], [], {}, RECOVERABLE, {}, drained=False)] == ["reboot"]
     g = stuck(mount="/other", dev="0:60")
-    assert [a.kind for a in policy.recoveries([reboot(g)], [g], {}, RECOVERABLE, {}, drained=True)] == ["reboot"]
+    assert [a.kind for a in mount_incident.recoveries([reboot(g)], [g], [], {}, RECOVERABLE, {}, drained=True)] == ["reboot"]
 
 
 def test_a_probe_hung_on_consecutive_runs_is_recovered():
     f = Finding(check="filesystem", target="/scratch", status="hung", severity=FAIL, summary="fs hung")
     drain = Action("drain", node="n1", reason="p: fs hung")
-    assert [a.kind for a in policy.recoveries([drain], [f], {}, RECOVERABLE, {"filesystem:/scratch": 1}, True)] \
+    assert [a.kind for a in mount_incident.recoveries([drain], [f], [], {}, RECOVERABLE, {"filesystem:/scratch": 1}, True)] \
         == ["drain"]
-    acts = policy.recoveries([drain], [f], {}, RECOVERABLE, {"filesystem:/scratch": 2}, True)
+    acts = mount_incident.recoveries([drain], [f], [], {}, RECOVERABLE, {"filesystem:/scratch": 2}, True)
     assert [a.kind for a in acts] == ["drain", "recover"] and acts[1].recovery.tasks == []
 
 
 def test_a_users_own_fuse_mount_is_never_recoverable(tmp_path, monkeypatch):
-    from slurm_hooks.act import actuation
+    from slurm_hooks.act import mounts
     from slurm_hooks.checks._config import default_config as Config
     from slurm_hooks.checks.filesystem import FilesystemConfig, RecoverConfig
     from slurm_hooks.host.mounts import parse_mountinfo
@@ -158,7 +158,7 @@ def test_a_users_own_fuse_mount_is_never_recoverable(tmp_path, monkeypatch):
     monkeypatch.setattr(MountTable, "current", classmethod(lambda cls: table))
     cfg = Config(filesystems=[FilesystemConfig(path=p, recover=RecoverConfig(method="fuse-abort"))
                               for p in ("/home/u/own", "/shared")])
-    assert list(actuation._recoverable(cfg)) == ["/shared"]
+    assert list(mounts.recoverable(cfg)) == ["/shared"]
 
 
 # --- a hang two witnesses agree on acts at once ----------------------------------------

@@ -8,6 +8,7 @@ import os
 import time
 
 import pytest
+from helpers import still_in_d
 
 from slurm_hooks.act import recovery
 from slurm_hooks.core.model import Recovery
@@ -119,14 +120,26 @@ def test_a_mount_gone_before_the_remount_is_not_detached(tmp_path, monkeypatch, 
 
 
 def test_tasks_left_are_named_five_at_most(tmp_path, monkeypatch):
-    """Six tasks still there (this process, six times over): the first five pids said."""
+    """Six tasks still stuck (this process, six times over, seen in D): the first five
+    pids said."""
     tables(monkeypatch, True)
     me = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
     pid = os.getpid()
+    still_in_d(monkeypatch, pid)
     r, out = recover(tmp_path, command=["/bin/true"], tasks=[[pid, me]] * 6)
     assert out.steps == ["command: done",
-                         f"6 of 6 stuck tasks still there after 0.2s (pid {pid}, {pid}, {pid}, {pid}, {pid})"]
+                         f"6 of 6 stuck tasks still stuck after 0.2s (pid {pid}, {pid}, {pid}, {pid}, {pid})"]
     assert (out.recovered, out.freed, len(out.left)) == (False, 0, 6)
+
+
+def test_a_freed_task_that_lives_on_is_freed(tmp_path, monkeypatch):
+    """A task whose wait the recovery ended may well live on (its call failed, it handles
+    the error): what counts is that it no longer waits in D. This process, running,
+    is such a task."""
+    tables(monkeypatch, True)
+    me = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+    r, out = recover(tmp_path, command=["/bin/true"], tasks=[[os.getpid(), me]])
+    assert (out.recovered, out.freed, out.left) == (True, 1, []), out.steps
 
 
 def test_our_own_probes_gone_are_counted_apart_from_the_tasks(tmp_path, monkeypatch):

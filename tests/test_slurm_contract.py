@@ -453,7 +453,19 @@ def test_list_nodes_and_list_nodes_alone(sides):
 def reboot(s: Side) -> list:
     s.submit("n1")
     s.slurm.reboot("n1", f"{P} pid 7 stuck in write()")
-    return [("reboot asked", s.node("n1"), s.state("n1"))]
+    out = [("reboot asked", s.node("n1"), s.state("n1"))]
+    # Withdrawn before it is issued (its job still runs): a node drained before the
+    # reboot was asked (as slurm-hooks always drains first) stays drained, its reason
+    # the reboot's; one the ASAP reboot drained itself is undrained with it.
+    s.slurm.cancel_reboot("n1")
+    out.append(("withdrawn, drained before", s.node("n1"), s.state("n1")))
+    s.submit("n2")
+    s.slurm.drain("n2", f"{P} fs /gpfs hung")
+    s.slurm.reboot("n2", f"{P} fs /gpfs hung")
+    s.slurm.cancel_reboot("n2")
+    out.append(("withdrawn, our drain first", s.node("n2"), s.state("n2")))
+    out.append(("nothing to withdraw", s.tried(s.slurm.cancel_reboot, "n2")))
+    return out
 
 
 def test_reboot(sides, tmp_path):
@@ -471,7 +483,7 @@ def test_reboot(sides, tmp_path):
         agree(sides, reboot)
     finally:
         # Before the reset cancels the job: the node is not to be rebooted for real.
-        real.cluster.scontrol("cancel_reboot", "n1", check=False)
+        real.cluster.scontrol("cancel_reboot", "n1,n2", check=False)
 
 
 def partly_allocated(s: Side) -> list:

@@ -95,13 +95,15 @@ def test_all_actions_of_a_run_share_one_deadline(clean_cluster, hung_mount, tmp_
     cluster = clean_cluster
     job = stuck_writer_job(cluster, tmp_path, hung_mount.path, "n1")
     cfg = {"filesystems": [{"path": str(tmp_path)}], "stuck_tasks": {"grace": 0.5, "sample_window": 0.3},
-           "actions": {"reboot": False, "deadline": 5}}
+           "actions": {"reboot": False, "deadline": 5}, "outage": {"interval": 1}}
     healthcheck(cluster, tmp_path, "n1", **cfg)          # first sighting of the task
     time.sleep(0.6)
+    healthcheck(cluster, tmp_path, "n1", **cfg)          # stuck: drained; the mount's scope not known yet
+    time.sleep(1.1)                                      # known (one interval alone): the job's actions go
     slow = dict(cfg, slurm=cluster.hooks_slurm(timeout=10, bin_dir=slow_scontrol(cluster, tmp_path, 1.5), backend="scontrol"))
     rec, took = healthcheck(cluster, tmp_path, "n1", **slow)
-    # Seven calls (the breaker's look, then each action's look and update), 1.5 s each:
-    # without one deadline this run would take more than 10 s.
+    # Six calls (the breaker's look, then each action's look and update), 1.5 s each:
+    # without one deadline this run would take more than 9 s.
     assert took < 5 + 1.5, (took, rec["actions"])
     left = [a for a in rec["actions"] if a.get("retry")]
     assert left and all("left for the next run" in a["message"] for a in left), rec["actions"]

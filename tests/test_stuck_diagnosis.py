@@ -12,6 +12,8 @@ from proctree import MOUNTINFO, task
 
 from slurm_hooks.checks import Context
 from slurm_hooks.checks import _stuck_diagnosis as sd
+from slurm_hooks.checks import _stuck_reads as sr
+from slurm_hooks.checks import _stuck_waits as sw
 from slurm_hooks.checks._config import default_config as Config
 from slurm_hooks.checks.stuck_tasks import StuckTasksConfig
 from slurm_hooks.core.model import Finding
@@ -35,29 +37,29 @@ def test_only_readable_memory_backed_by_no_file_is_read():
             b"zzzz-0000f000 rw-p 00000000 00:00 0 \n"
             b"00010000-00011000 rw-p 00000000 00:00 0\n"
             b"short\n")
-    assert sd._anonymous(maps) == [(0x1000, 0x2000), (0x3000, 0x4000), (0x5000, 0x6000), (0x10000, 0x11000)]
+    assert sr._anonymous(maps) == [(0x1000, 0x2000), (0x3000, 0x4000), (0x5000, 0x6000), (0x10000, 0x11000)]
 
 
 @pytest.mark.parametrize("start, end, inside", [(10, 20, True), (12, 18, True), (9, 20, False), (10, 21, False),
                                                 (15, 15, False), (18, 12, False), (30, 35, True), (25, 31, False)])
 def test_a_range_is_read_only_when_it_lies_inside_one_mapping(start, end, inside):
-    assert sd._within([(10, 20), (30, 40)], start, end) is inside
+    assert sr._within([(10, 20), (30, 40)], start, end) is inside
 
 
 def test_reads_are_bounded(tmp_path):
     f = tmp_path / "big"
     f.write_bytes(bytes(range(256)) * 800)            # 204,800 bytes
-    assert sd._read_bounded(str(f), 70000) == f.read_bytes()[:70000]
-    assert sd._read_bounded(str(f), 1 << 20) == f.read_bytes()
-    assert sd._read_bounded(str(f), 0) == b""
+    assert sr._read_bounded(str(f), 70000) == f.read_bytes()[:70000]
+    assert sr._read_bounded(str(f), 1 << 20) == f.read_bytes()
+    assert sr._read_bounded(str(f), 0) == b""
 
 
 def test_the_rank_follows_the_launchers_precedence():
-    assert sd.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2", "RANK": "1"}) == "1"
-    assert sd.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2"}) == "2"
-    assert sd.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "LOCAL_RANK": "0"}) == "3"
-    assert sd.rank_from({"PMI_RANK": "4", "SLURM_LOCALID": "0"}) == "4"
-    assert sd.rank_from({"LOCAL_RANK": "0", "SLURM_JOB_ID": "5"}) is None
+    assert sr.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2", "RANK": "1"}) == "1"
+    assert sr.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "SLURM_PROCID": "2"}) == "2"
+    assert sr.rank_from({"PMI_RANK": "4", "OMPI_COMM_WORLD_RANK": "3", "LOCAL_RANK": "0"}) == "3"
+    assert sr.rank_from({"PMI_RANK": "4", "SLURM_LOCALID": "0"}) == "4"
+    assert sr.rank_from({"LOCAL_RANK": "0", "SLURM_JOB_ID": "5"}) is None
 
 
 # --- the children's reads, on a /proc tree laid out as the kernel's -------------------------
@@ -79,14 +81,14 @@ def test_the_system_call_and_its_file_are_read_from_what_the_kernel_answers(tmp_
     task(proc, 15, 15, "mute", "D", syscall="")
     task(proc, 16, 16, "absolute", "D", syscall="2 0x7f0000002000 0x0 0x0 0x0 0x0 0x0 0x7ffd 0x7f01")
     task(proc, 17, 17, "closed", "D", syscall="0 0x9 0x7f00 0x1000 0x0 0x0 0x0 0x7ffd 0x7f01")
-    call = lambda pid: sd.syscall_of(pid, pid, str(proc))  # noqa: E731
-    assert call(10) == sd.Syscall(name="running")
-    assert call(11) == sd.Syscall(name="page fault")
-    assert call(12) == sd.Syscall(name="read", nr=0, fd=7, file="/gpfs/run/data", fds=[7])
-    assert call(13) == sd.Syscall(name="openat", nr=257, addrs=[0x7f0000001000], dirfd=5)
-    assert call(14) == sd.Syscall() and call(15) == sd.Syscall()
-    assert call(16) == sd.Syscall(name="open", nr=2, addrs=[0x7f0000002000], dirfd=None)
-    assert call(17) == sd.Syscall(name="read", nr=0, fd=9, file="", fds=[9])        # its link is gone
+    call = lambda pid: sr.syscall_of(pid, pid, str(proc))  # noqa: E731
+    assert call(10) == sr.Syscall(name="running")
+    assert call(11) == sr.Syscall(name="page fault")
+    assert call(12) == sr.Syscall(name="read", nr=0, fd=7, file="/gpfs/run/data", fds=[7])
+    assert call(13) == sr.Syscall(name="openat", nr=257, addrs=[0x7f0000001000], dirfd=5)
+    assert call(14) == sr.Syscall() and call(15) == sr.Syscall()
+    assert call(16) == sr.Syscall(name="open", nr=2, addrs=[0x7f0000002000], dirfd=None)
+    assert call(17) == sr.Syscall(name="read", nr=0, fd=9, file="", fds=[9])        # its link is gone
 
 
 def test_the_look_reports_what_the_kernel_says_of_one_thread(tmp_path):
@@ -97,7 +99,7 @@ def test_the_look_reports_what_the_kernel_says_of_one_thread(tmp_path):
     (proc / "20" / "ns").mkdir()
     os.symlink("mnt:[4026531841]", proc / "20" / "ns" / "mnt")
     steps = []
-    got = sd._look(steps.append, 20, 21, str(proc))
+    got = sr._look(steps.append, 20, 21, str(proc))
     assert steps == ["stat", "syscall", "wchan", "stack", "sched", "fdinfo", "links"]
     assert got == {"comm": "pt_data", "state": "D", "start": 4242,
                    "call": {"name": "read", "nr": 0, "fd": 7, "file": "/gpfs/run/data", "addrs": [], "fds": [7],
@@ -115,7 +117,7 @@ def test_the_look_says_how_long_the_scheduler_has_not_run_it_and_what_it_could_n
     (proc / "thread-self" / "sched").write_text("python (9, #threads: 1)\n---\nse.exec_start : 13500.5\n")
     os.unlink(proc / "22" / "cwd")
     os.unlink(proc / "22" / "task" / "22" / "wchan")
-    got = sd._look(lambda s: None, 22, 22, str(proc))
+    got = sr._look(lambda s: None, 22, 22, str(proc))
     assert (got["blocked"], got["wchan"], got["mntns"], got["links"]) == (12.5, "", "", {"cwd": "", "fd/5": ""})
 
 
@@ -124,16 +126,16 @@ def test_the_look_never_reads_an_anonymous_inodes_fdinfo_and_names_the_dirfd(tmp
     task(proc, 30, 30, "poller", "D", syscall="0 0x9 0x7f00 0x8 0x0 0x0 0x0 0x7ffd 0x7f01",
          fds={9: "anon_inode:[eventpoll]"})
     # Its fdinfo, were it read, would name a mount: it must not be.
-    got = sd._look(lambda s: None, 30, 30, str(proc))
+    got = sr._look(lambda s: None, 30, 30, str(proc))
     assert (got["call"]["name"], got["mnt_ids"], got["anon"]) == ("read", {"9": None},
                                                                   {"9": "anon_inode:[eventpoll]"})
     task(proc, 31, 31, "opener", "D", syscall="257 0x5 0x7f0000001000 0x0 0x0 0x0 0x0 0x7ffd 0x7f01",
          fds={5: "/gpfs/run"})
-    got = sd._look(lambda s: None, 31, 31, str(proc))
+    got = sr._look(lambda s: None, 31, 31, str(proc))
     assert got["links"] == {"cwd": "/gpfs/run", "fd/5": "/gpfs/run"} and got["mnt_ids"] == {}
     # A thread whose stat is gone says no comm, state or start.
     os.unlink(proc / "31" / "task" / "31" / "stat")
-    assert not {"comm", "state", "start"} & set(sd._look(lambda s: None, 31, 31, str(proc)))
+    assert not {"comm", "state", "start"} & set(sr._look(lambda s: None, 31, 31, str(proc)))
 
 
 def memory(proc, pid, *, args, env, environ, cmdline, maps, mem=b""):
@@ -162,13 +164,13 @@ def test_the_memory_reader_reads_ranks_command_line_and_paths_from_anonymous_mem
                    b"OMPI_COMM_WORLD_RANK=3\0HOME=/root\0NOEQUALS\0",
            cmdline=b"python\0train.py\0--lr\0", maps=ANON, mem=bytes(mem))
     steps = []
-    got = sd._inspect(steps.append, 40, str(proc), [0x1800, 0x4800, 0x2ff8])
+    got = sr._inspect(steps.append, 40, str(proc), [0x1800, 0x4800, 0x2ff8])
     assert steps == ["maps", "environ", "cmdline", "mem"]
     assert got == {"devs": ["0:51", "253:1"], "RANK": "3", "SLURM_PROCID": "3", "OMPI_COMM_WORLD_RANK": "3",
                    "PMI_RANK": "3", "LOCAL_RANK": "1", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "55",
                    "cmdline": "python train.py --lr", "paths": ["/gpfs/a/b", None, "/x/edge!"],
                    "skipped": "path argument not in anonymous memory: not read"}
-    assert sd.read_task_memory(lambda s: None, 40, str(proc), (0x1800,))["paths"] == ["/gpfs/a/b"]
+    assert sr.read_task_memory(lambda s: None, 40, str(proc), (0x1800,))["paths"] == ["/gpfs/a/b"]
 
 
 def test_the_memory_reader_takes_what_users_write_as_it_is(tmp_path):
@@ -180,7 +182,7 @@ def test_the_memory_reader_takes_what_users_write_as_it_is(tmp_path):
     memory(proc, 45, args=(0x1000, 0x1100), env=(0x1100, 0x1200),
            environ=b"RANK=a=b\0SLURM_PROCID=\xff3\0", cmdline=b"python\0\xff.py\0", maps=ANON, mem=bytes(mem))
     (proc / "45" / "stat").write_text(stat_line(45, "evil) D 1 2 3", args=(0x1000, 0x1100), env=(0x1100, 0x1200)))
-    got = sd._inspect(lambda s: None, 45, str(proc), [0x1000, 0x2ff8, 0x3000])
+    got = sr._inspect(lambda s: None, 45, str(proc), [0x1000, 0x2ff8, 0x3000])
     assert (got["RANK"], got["SLURM_PROCID"], got["cmdline"]) == ("a=b", "\ufffd3", "python \ufffd.py")
     assert got["paths"] == ["/at/lo", "/x/edge!", None]
 
@@ -191,16 +193,16 @@ def test_ranges_pointed_at_a_file_are_not_read(tmp_path):
     # can stall); the command line is safe alone, but the kernel reads on into the
     # environment when it does not end in NUL: neither is read.
     memory(proc, 41, args=(0x1000, 0x1100), env=(0x4000, 0x4100), environ=b"RANK=9\0", cmdline=b"x\0", maps=ANON)
-    assert sd._inspect(lambda s: None, 41, str(proc), []) == {
+    assert sr._inspect(lambda s: None, 41, str(proc), []) == {
         "devs": ["0:51", "253:1"], "paths": [],
         "skipped": "environment, command line not in anonymous memory: not read"}
     # No environment at all (the kernel would not say where): the command line is read.
     memory(proc, 42, args=(0x1000, 0x1100), env=(0, 0), environ=b"RANK=9\0", cmdline=b"x\0", maps=ANON)
-    assert sd._inspect(lambda s: None, 42, str(proc), []) == {"devs": ["0:51", "253:1"], "cmdline": "x",
+    assert sr._inspect(lambda s: None, 42, str(proc), []) == {"devs": ["0:51", "253:1"], "cmdline": "x",
                                                               "paths": []}
     # The arguments on the file: only the environment is read.
     memory(proc, 43, args=(0x4000, 0x4100), env=(0x1100, 0x1200), environ=b"RANK=9\0", cmdline=b"x\0", maps=ANON)
-    assert sd._inspect(lambda s: None, 43, str(proc), []) == {
+    assert sr._inspect(lambda s: None, 43, str(proc), []) == {
         "devs": ["0:51", "253:1"], "RANK": "9", "paths": [], "skipped": "command line not in anonymous memory: not read"}
 
 
@@ -208,7 +210,7 @@ def test_a_stat_without_the_ranges_reads_neither(tmp_path):
     proc = tmp_path / "proc"
     memory(proc, 44, args=(0x1000, 0x1100), env=(0x1100, 0x1200), environ=b"RANK=9\0", cmdline=b"x\0", maps=ANON)
     (proc / "44" / "stat").write_text("44 (python) D 1 44 44 0 -1 0 x y\n")
-    assert sd._inspect(lambda s: None, 44, str(proc), []) == {
+    assert sr._inspect(lambda s: None, 44, str(proc), []) == {
         "devs": ["0:51", "253:1"], "paths": [], "skipped": "command line not in anonymous memory: not read"}
 
 
@@ -220,13 +222,13 @@ def test_a_mount_table_comes_back_whole_when_small(tmp_path):
     (proc / "50").mkdir(parents=True)
     (proc / "50" / "mountinfo").write_text(HOST)
     steps = []
-    view = sd._mount_view(steps.append, 50, str(proc), [50], [])
+    view = sr._mount_view(steps.append, 50, str(proc), [50], [])
     assert steps == ["mountinfo", "parse"]
     assert view == {"whole": True, "count": 3, "cut": False, "mounts": [
         [1, "/", "ext4", "/dev/sda1", "rw", "rw", "8:1", None],
         [50, "/gpfs", "gpfs", "gpfs0", "rw", "rw", "0:50", None],
         [60, "/home/u/own", "fuse.fusefs", "own", "rw", "rw,user_id=1000,group_id=1000", "0:60", 1000]]}
-    table, whole, count = sd._table_from(view)
+    table, whole, count = sr._table_from(view)
     assert (whole, count, [m.mountpoint for m in table]) == (True, 3, ["/", "/gpfs", "/home/u/own"])
     assert table.user_owner(table.by_id(60)) == 1000
 
@@ -235,45 +237,45 @@ def test_a_mount_point_that_is_not_utf8_is_kept_byte_for_byte(tmp_path, monkeypa
     proc = tmp_path / "proc"
     (proc / "50").mkdir(parents=True)
     (proc / "50" / "mountinfo").write_bytes(HOST.encode() + b"61 60 0:61 / /home/u/own/\xff rw - tmpfs t rw\n")
-    monkeypatch.setattr(sd, "TABLE_WHOLE", 4)           # exactly at the limit: still whole
-    view = sd._mount_view(lambda s: None, 50, str(proc), [], [])
+    monkeypatch.setattr(sr, "TABLE_WHOLE", 4)           # exactly at the limit: still whole
+    view = sr._mount_view(lambda s: None, 50, str(proc), [], [])
     assert view["whole"] is True and view["mounts"][-1][:2] == [61, "/home/u/own/\udcff"]
     assert view["mounts"][-1][7] == 1000
 
 
 def test_a_large_mount_table_comes_back_in_part_with_each_owner(tmp_path, monkeypatch):
-    monkeypatch.setattr(sd, "TABLE_WHOLE", 2)
+    monkeypatch.setattr(sr, "TABLE_WHOLE", 2)
     proc = tmp_path / "proc"
     (proc / "50").mkdir(parents=True)
     many = "".join(f"{100 + i} 1 0:70 / /home/u/m{i} rw - tmpfs t rw\n" for i in range(10))
     (proc / "50" / "mountinfo").write_text(HOST + many)
-    view = sd._mount_view(lambda s: None, 50, str(proc), [60, "x", 999], ["0:50", "0:70"])
+    view = sr._mount_view(lambda s: None, 50, str(proc), [60, "x", 999], ["0:50", "0:70"])
     assert (view["whole"], view["count"]) == (False, 13)
     assert [r[0] for r in view["mounts"]] == [60, 50, 100, 101, 102, 103, 104, 105, 106, 107]
     assert view["mounts"][0][7] == 1000
-    table, whole, count = sd._table_from(view)
+    table, whole, count = sr._table_from(view)
     assert (whole, count, len(list(table))) == (False, 13, 10)
     # Sent in part, each mount keeps the owner the whole table gave it.
     assert table.user_owner(table.by_id(60)) == 1000 and table.user_owner(table.by_id(50)) is None
-    view = sd._mount_view(lambda s: None, 50, str(proc), [50], [])
+    view = sr._mount_view(lambda s: None, 50, str(proc), [50], [])
     assert [r[0] for r in view["mounts"]] == [50]
 
 
 def test_a_mount_table_answer_is_taken_back_row_by_row():
     view = {"mounts": [[7, "/a", "nfs4", "srv:/a", "rw", "rw", "0:7", None], ["x", "/b"], [8, "/c"],
                        [9, "/d", "tmpfs", "t", "rw", "rw", "0:9", "1000"]], "whole": False}
-    table, whole, count = sd._table_from(view)
+    table, whole, count = sr._table_from(view)
     assert ([m.mount_id for m in table], whole, count) == ([7, 9], False, 2)
     assert table.user_owner(table.by_id(9)) is None
-    assert sd._table_from({})[1:] == (False, 0)
-    assert sd._table_from({"mounts": [], "whole": True, "count": 5})[1:] == (True, 5)
+    assert sr._table_from({})[1:] == (False, 0)
+    assert sr._table_from({"mounts": [], "whole": True, "count": 5})[1:] == (True, 5)
 
 
 def test_owners_sent_with_a_part_are_kept_and_a_whole_table_says_its_own():
     row = [61, "/home/u/own/inner", "tmpfs", "t", "rw", "rw", "0:61", 1000]    # below the user's FUSE mount
-    table, _, _ = sd._table_from({"mounts": [row], "whole": False})
+    table, _, _ = sr._table_from({"mounts": [row], "whole": False})
     assert table.user_owner(table.by_id(61)) == 1000
-    table, _, _ = sd._table_from({"mounts": [row], "whole": True})
+    table, _, _ = sr._table_from({"mounts": [row], "whole": True})
     assert table.user_owner(table.by_id(61)) is None       # whole: the table itself says, and it has no FUSE mount
 
 
@@ -291,15 +293,15 @@ def test_a_pending_sigkill_is_read_from_the_threads_or_the_processs_set(tmp_path
                             ("SigPnd:\tzz\nShdPnd:\t0000000000000100\n", False),
                             ("Name:\tx\n", False)]:
         (t / "status").write_text(status)
-        assert sd._sigkill_pending(str(proc), 60, 61) is pending, status
-    assert sd._sigkill_pending(str(proc), 60, 62) is False
+        assert sr._sigkill_pending(str(proc), 60, 61) is pending, status
+    assert sr._sigkill_pending(str(proc), 60, 62) is False
 
 
 def test_parsed_mount_tables_agree_with_the_hosts():
     # The rows _mount_view sends are what _table_from rebuilds, field by field.
     table = MountTable(parse_mountinfo(HOST))
-    rows = [sd._mount_row(m, table.user_owner(m)) for m in table]
-    back, _, _ = sd._table_from({"mounts": rows, "whole": True})
+    rows = [sr._mount_row(m, table.user_owner(m)) for m in table]
+    back, _, _ = sr._table_from({"mounts": rows, "whole": True})
     assert [(m.mount_id, m.mountpoint, m.fstype, m.source, m.options, m.super_options, m.dev) for m in back] == \
         [(m.mount_id, m.mountpoint, m.fstype, m.source, m.options, m.super_options, m.dev) for m in table]
 
@@ -318,7 +320,7 @@ def diagnosis(tmp_path, proc=None, **settings):
 
 
 def stuck(state="D", ref=JOB, **kw):
-    d = sd.Stuck(sample=TaskSample(pid=100, tid=101, start=5000, comm="python", state=state, uid=1000),
+    d = sr.Stuck(sample=TaskSample(pid=100, tid=101, start=5000, comm="python", state=state, uid=1000),
                  tids=[101], seconds=600.0, ref=ref)
     for k, v in kw.items():
         setattr(d, k, v)
@@ -765,7 +767,7 @@ def looked(pid, mntns="mnt:[1]", **kw):
     return d
 
 
-VIEW = {"mounts": [sd._mount_row(m, TABLE.user_owner(m)) for m in TABLE], "whole": True, "count": 3, "cut": True}
+VIEW = {"mounts": [sr._mount_row(m, TABLE.user_owner(m)) for m in TABLE], "whole": True, "count": 3, "cut": True}
 
 
 def test_each_process_gets_a_memory_reader_and_each_namespace_one_table(tmp_path):
@@ -785,10 +787,10 @@ def test_each_process_gets_a_memory_reader_and_each_namespace_one_table(tmp_path
     diag._read_memory_and_tables(ctx, [a, b, c])
     [asked] = ctx.runner.asked
     assert [(t.key, t.func, t.args, t.timeout) for t in asked] == [
-        ("stuck_tasks:inspect:100:1000", sd._inspect, (100, "/proc", [4096]), 1.5),
-        ("stuck_tasks:inspect:300:3000", sd._inspect, (300, "/proc", []), 1.5),
-        ("stuck_tasks:mounts:mnt:[1]", sd._mount_view, (100, "/proc", [50], []), sd.TABLE_TIMEOUT),
-        ("stuck_tasks:mounts:mnt:[2]", sd._mount_view, (300, "/proc", [], []), sd.TABLE_TIMEOUT)]
+        ("stuck_tasks:inspect:100:1000", sr._inspect, (100, "/proc", [4096]), 1.5),
+        ("stuck_tasks:inspect:300:3000", sr._inspect, (300, "/proc", []), 1.5),
+        ("stuck_tasks:mounts:mnt:[1]", sr._mount_view, (100, "/proc", [50], []), sr.TABLE_TIMEOUT),
+        ("stuck_tasks:mounts:mnt:[2]", sr._mount_view, (300, "/proc", [], []), sr.TABLE_TIMEOUT)]
     assert (a.rank, a.cmdline, a.inspect, a.devs, a.path, a.table_whole, a.table_count, a.table_cut, a.table_note) == \
         ("3", "python x", "environment not read", ["0:50"], "/gpfs/a", True, 3, True, "")
     assert [m.mount_id for m in a.table] == [1, 50, 60]
@@ -811,12 +813,12 @@ def test_a_reader_that_says_nothing_more_is_ok(tmp_path):
 def test_readers_and_tables_are_bounded_per_run(tmp_path):
     diag, ctx = diagnosis(tmp_path)
     ctx.runner = Kids(lambda t: Outcome(t.key, DONE, value={} if ":inspect:" in t.key else VIEW))
-    many = [looked(100 + i, f"mnt:[{i % 5}]") for i in range(sd.INSPECT_PER_RUN + 1)]
+    many = [looked(100 + i, f"mnt:[{i % 5}]") for i in range(sr.INSPECT_PER_RUN + 1)]
     diag._read_memory_and_tables(ctx, many)
     keys = [t.key for t in ctx.runner.asked[0]]
-    assert sum(":inspect:" in k for k in keys) == sd.INSPECT_PER_RUN
+    assert sum(":inspect:" in k for k in keys) == sr.INSPECT_PER_RUN
     assert [k for k in keys if ":mounts:" in k] == [f"stuck_tasks:mounts:mnt:[{i}]" for i in range(4)]
-    assert many[-1].inspect == f"not read: at most {sd.INSPECT_PER_RUN} processes are read per run"
+    assert many[-1].inspect == f"not read: at most {sr.INSPECT_PER_RUN} processes are read per run"
     assert [d.table_note for d in many if d.mntns == "mnt:[4]"] == \
         ["its mount table was not read: at most 4 namespaces per run"] * 3
     # Earlier readers stuck in the kernel: no more are started.
@@ -879,9 +881,9 @@ def test_a_walk_needs_the_whole_table_and_a_free_reader(tmp_path):
     d = looked(100, path="/gpfs/x", table=TABLE, table_whole=True)
     assert walked(tmp_path, [d], stuck_readers=4) == []
     assert d.walk == {"end": "not resolved", "error": "4 earlier readers are stuck"}
-    many = [looked(100 + i, path="/gpfs/x", table=TABLE, table_whole=True) for i in range(sd.INSPECT_PER_RUN + 1)]
+    many = [looked(100 + i, path="/gpfs/x", table=TABLE, table_whole=True) for i in range(sr.INSPECT_PER_RUN + 1)]
     [asked] = walked(tmp_path, many, stuck_readers=3)
-    assert len(asked) == sd.INSPECT_PER_RUN and many[-1].walk == {"end": "not resolved", "error": "at most 16 per run"}
+    assert len(asked) == sr.INSPECT_PER_RUN and many[-1].walk == {"end": "not resolved", "error": "at most 16 per run"}
 
 
 # --- the whole diagnosis, its children run by the real runner on a /proc tree ---------------
@@ -908,7 +910,7 @@ def sample(pid, tid, comm="pt_a"):
 
 def test_diagnose_places_each_stuck_process_longest_held_first(tmp_path, monkeypatch):
     proc = tree(tmp_path)
-    monkeypatch.setattr(sd, "_listpids", lambda ctx: {300: JobRef(job="77", uid=1000)})
+    monkeypatch.setattr(sw, "_listpids", lambda ctx: {300: JobRef(job="77", uid=1000)})
     diag, ctx = diagnosis(tmp_path, proc=proc)
     found = diag.diagnose(ctx, {100: [(sample(100, 101), 30.0), (sample(100, 102, "pt_b"), 50.0)],
                                 200: [(sample(200, 200), 90.0)], 300: [(sample(300, 300), 5.0)]},
@@ -930,13 +932,13 @@ def test_diagnose_places_each_stuck_process_longest_held_first(tmp_path, monkeyp
 
 def test_without_the_fallback_a_process_outside_any_cgroup_has_no_job(tmp_path, monkeypatch):
     proc = tree(tmp_path)
-    monkeypatch.setattr(sd, "_listpids", lambda ctx: {300: JobRef(job="77", uid=1000)})
+    monkeypatch.setattr(sw, "_listpids", lambda ctx: {300: JobRef(job="77", uid=1000)})
     diag, ctx = diagnosis(tmp_path, proc=proc, listpids_fallback=False)
     [d] = diag.diagnose(ctx, {300: [(sample(300, 300), 5.0)]}, {})
     assert d.ref is None
     # The fallback asks Slurm once per run, and only for a process no cgroup names.
     calls = []
-    monkeypatch.setattr(sd, "_listpids", lambda ctx: calls.append(1) or {})
+    monkeypatch.setattr(sw, "_listpids", lambda ctx: calls.append(1) or {})
     diag, ctx = diagnosis(tmp_path, proc=proc)
     found = diag.diagnose(ctx, {300: [(sample(300, 300), 5.0)], 301: [(sample(301, 301), 5.0)],
                                 100: [(sample(100, 101), 5.0)]}, {})
@@ -945,7 +947,7 @@ def test_without_the_fallback_a_process_outside_any_cgroup_has_no_job(tmp_path, 
 
 def test_at_most_so_many_processes_are_diagnosed_per_run(tmp_path, monkeypatch):
     proc = tree(tmp_path)
-    monkeypatch.setattr(sd, "DIAGNOSE_PER_RUN", 1)
+    monkeypatch.setattr(sw, "DIAGNOSE_PER_RUN", 1)
     diag, ctx = diagnosis(tmp_path, proc=proc, listpids_fallback=False)
     found = diag.diagnose(ctx, {100: [(sample(100, 101), 5.0)], 300: [(sample(300, 300), 50.0)]}, {})
     assert [d.sample.pid for d in found] == [300] and diag.deferred == [100]
@@ -982,7 +984,7 @@ def test_a_probe_that_hung_on_the_same_mount_corroborates_before_the_grace(tmp_p
 
 def test_the_slurm_fallback_asks_nothing_in_a_look(tmp_path):
     _, ctx = diagnosis(tmp_path)
-    assert ctx.behaviour.looks_only and sd._listpids(ctx) == {}
+    assert ctx.behaviour.looks_only and sw._listpids(ctx) == {}
 
 
 def test_diagnose_asks_each_child_in_turn_and_walks_with_the_hosts_fresh_table(tmp_path):
@@ -995,7 +997,7 @@ def test_diagnose_asks_each_child_in_turn_and_walks_with_the_hosts_fresh_table(t
     root = next(ln.split()[2] for ln in open("/proc/self/mountinfo") if ln.split()[4] == "/")
     theirs = f"1 0 {root} / / rw - ext4 /dev/root rw\n42 1 0:4242 / /proj rw - nfs4 srv:/proj rw\n"
     ctx._mounts = MountTable(parse_mountinfo(theirs))
-    view = {"mounts": [sd._mount_row(m, None) for m in MountTable(parse_mountinfo(theirs))], "whole": True}
+    view = {"mounts": [sr._mount_row(m, None) for m in MountTable(parse_mountinfo(theirs))], "whole": True}
 
     def answer(t):
         if ":look:" in t.key:
@@ -1010,7 +1012,7 @@ def test_diagnose_asks_each_child_in_turn_and_walks_with_the_hosts_fresh_table(t
     [d] = diag.diagnose(ctx, {500: [(sample(500, 500, "python"), 5.0)]}, {})
     looks, readers, walks = ctx.runner.asked
     assert [(t.key, t.func, t.args, t.timeout) for t in looks] == [
-        ("stuck_tasks:look:500:1500", sd._look, (500, 500, str(proc)), 1.5)]
+        ("stuck_tasks:look:500:1500", sr._look, (500, 500, str(proc)), 1.5)]
     assert [t.key for t in readers] == ["stuck_tasks:inspect:500:1500", "stuck_tasks:mounts:mnt:[9]"]
     # 0:4242 is no mount of this host's own table: a place only the task's namespace has.
     assert [(t.key, t.args[2:]) for t in walks] == [("stuck_tasks:walk:500:1500", ("root", "/proj/x", [42], []))]

@@ -28,7 +28,7 @@ import time
 from .. import TYPE_CHECKING
 from ..core.model import Action, ActionResult
 from ..core.outcomes import Code, Outcome
-from ..core.reason import is_generic, is_our_cause, is_ours, one_line, without_our_cause
+from ..core.reason import KILL_TASK_FAILED, is_generic, is_our_cause, is_ours, one_line, without_our_cause
 from ..slurm.api import (
     CAUSE_FIELD,
     REBOOT_STATES,
@@ -197,7 +197,7 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     after_reboot = rebooted_by_us(info, current, prefix, action.replaces)
     if not is_ours(current, prefix) and not after_reboot:
         if not node_is_drained(info) and not foreign_states(info):
-            return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
+            return _back_already(action, slurm, info)
         return ActionResult(action, SKIPPED, f"{_state(info)} with another's reason ({current or 'none'}); "
                             "not ours to resume", code=Code.NOT_OURS)
     if after_reboot:
@@ -216,12 +216,23 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
         return ActionResult(action, SKIPPED, f"node is {_state(info)}, not by slurm-hooks: our drain is "
                             "left in place, report only", code=Code.FOREIGN_STATE)
     if not node_is_drained(info):
-        return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
+        return _back_already(action, slurm, info)
     if _ours_to_clear(info):
         slurm.release(action.node, "UNDRAIN", without_our_cause(info.get(CAUSE_FIELD, "")))
     else:
         slurm.undrain(action.node)
     return ActionResult(action, DONE)
+
+
+def _back_already(action: Action, slurm: SlurmBackend, info: dict) -> ActionResult:
+    """The node is back in service by someone else's hand (an admin's `scontrol update
+    state=resume`): our drain's cause leaves its Comment, which other nodes would
+    otherwise read as this node's word about a mount (decide/mount_incident.py)."""
+    if _ours_to_clear(info):
+        slurm.set_node_comment(action.node, without_our_cause(info.get(CAUSE_FIELD, "")))
+        return ActionResult(action, SKIPPED, "not drained (resumed by someone else): our cause taken out of "
+                            "its Comment", code=Code.NOT_DRAINED)
+    return ActionResult(action, SKIPPED, "not drained", code=Code.NOT_DRAINED)
 
 
 def job_address(info: dict, job: str) -> str:
@@ -335,17 +346,21 @@ def _fallback(action: Action, slurm: SlurmBackend, prefix: str, job: str, info: 
     return ActionResult(action, SKIPPED, msg, code=Code.NOT_REQUEUED)
 
 
-def _still_running_here(action: Action, slurm: SlurmBackend) -> str:
+def job_runs_here(slurm: SlurmBackend, job: str, node: str) -> str:
     """The job's state when Slurm says it still runs on this node, else "" (ended,
     back in the queue, being killed by Slurm, running elsewhere, or forgotten)."""
     from ..core.hostlist import contains
-    info = slurm.show_job(action.after_job or "")
+    info = slurm.show_job(job)
     if info is None:
         return ""
     state = info.get("JobState", "")
     if state in TERMINAL or state.startswith(("PENDING", "REQUEUE", "COMPLETING")):
         return ""
-    return state if contains(info.get("NodeList", ""), action.node) else ""
+    return state if contains(info.get("NodeList", ""), node) else ""
+
+
+def _still_running_here(action: Action, slurm: SlurmBackend) -> str:
+    return job_runs_here(slurm, action.after_job or "", action.node)
 
 
 def _cancel(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
@@ -387,6 +402,27 @@ def _reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
                         "service when a health check after the boot passes)")
 
 
+def _cancel_reboot(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    """Withdraw a reboot slurm-hooks asked for before the storage's outage was known:
+    only ours (our reason, or Slurm's `Kill task failed` over it), only while Slurm has
+    not issued it. The node stays drained with our reason (Slurm undoes only a drain
+    the ASAP reboot itself added, and ours came first)."""
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    flags = node_flags(info)
+    if "REBOOT_ISSUED" in flags:
+        return ActionResult(action, SKIPPED, "the reboot was issued already: it goes ahead", code=Code.REBOOT_ISSUED)
+    if "REBOOT_REQUESTED" not in flags:
+        return ActionResult(action, SKIPPED, f"no reboot pending ({_state(info)}): nothing to withdraw",
+                            code=Code.NO_REBOOT_PENDING)
+    if not (is_ours(current, prefix) or is_generic(current, KILL_TASK_FAILED)):
+        return ActionResult(action, SKIPPED, f"the pending reboot is not ours (reason: {current or 'none'}): "
+                            "left as it is", code=Code.NOT_OURS)
+    slurm.cancel_reboot(action.node)
+    return ActionResult(action, DONE, action.reason or "reboot withdrawn", code=Code.WITHDRAWN)
+
+
 def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     """Let Slurm go of a node it holds COMPLETING for a task it could not kill, with
     our reboot pending: slurmctld ends a DOWN node's jobs and issues the reboot. Only
@@ -407,4 +443,4 @@ def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
 
 
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
-             "cancel": _cancel, "reboot": _reboot, "down": _down}
+             "cancel": _cancel, "reboot": _reboot, "cancel_reboot": _cancel_reboot, "down": _down}

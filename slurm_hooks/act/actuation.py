@@ -28,16 +28,24 @@ BREAKER_FRESH = 600.0
 # act/ledger.py and act/after_reboot.py decide over their contents, and are imported
 # only past the healthy fast path (together 0.5 ms of every run otherwise).
 SPOOL, LEDGER = "spool", "actions-done"
-# The node's suspect mounts (decide/outage.py), and whether its Comment names them.
-SUSPECTS = "suspects"
-STATE = ("failures", "drain", SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker", SUSPECTS)
+# Each network mount in trouble, from its first sighting to its answer
+# (decide/mount_incident.py), and whether the node's Comment names them.
+INCIDENTS = "mount-incidents"
+# Those answered in the last hour, for `explain` (apart: a healthy run reads none).
+PAST_INCIDENTS = "mount-incidents-answered"
+# What releases before the mount incidents kept instead (read no more, removed).
+OLD_SUSPECTS = "suspects"
+# (act/mounts.py's SLURM_CONFIG: slurm.conf's HealthCheckInterval, read once a day.)
+STATE = ("failures", "drain", SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker", INCIDENTS, PAST_INCIDENTS,
+         "slurm-config")
 
 
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
                  hook: str = "healthcheck", started: float | None = None,
                  others_failing: str | None = None, notes: list[str] | None = None,
                  picture=None, open_backend=None) -> list[ActionResult]:
-    """Policy, breaker, spool and ledger around the Slurm backend (see act/actions.py).
+    """Policy, breaker, the mounts' incidents, spool and ledger around the Slurm backend
+    (see act/actions.py).
 
     `picture(cfg, job, timeout) -> str`: the job-wide picture of a job about to be
     requeued (views.diagnose.capture, handed down by the run: this layer does not
@@ -48,6 +56,12 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     another health check run beside this one (NHC) failed, so nothing is resumed.
     `open_backend(cfg.slurm, deadline)`: how the run reaches Slurm (slurm.connect's by
     default; a test hands in slurm/fake.py's `FakeSlurm.open`)."""
+    # A network mount's trouble is sighted before hysteresis: a failure held back is
+    # still this node's word about the mount.
+    seen: list = []
+    if any(f.severity == FAIL for f in findings):
+        from ..decide.mount_incident import sightings
+        seen = sightings(findings)
     counts = new_counts = state.load("failures")
     if counts or any(f.severity == FAIL for f in findings):     # else nothing to count or reset
         from ..decide import policy
@@ -62,29 +76,30 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     reboot = state.load("reboot") if run.tends_node else {}
     new_boot = run.tends_node and not dry_run and _new_boot(state)
     failing = any(f.severity == FAIL or f.job_action for f in findings)
-    if not failing and not drain and not spooled and not hook_failure and not reboot and not new_boot \
-            and not state.load("actions-done") and not state.exists(SUSPECTS):
+    if not failing and not seen and not drain and not spooled and not hook_failure and not reboot \
+            and not new_boot and not state.load("actions-done") and not state.exists(INCIDENTS) \
+            and not state.exists(OLD_SUSPECTS):
         return []          # the healthy fast path: no Slurm call (an empty ledger has nothing to expire)
 
     from ..core.model import Action
     from ..core.outcomes import Code, Outcome
-    from ..decide import outage as outage_of
+    from ..decide import mount_incident as mounts
     from ..decide import policy
     from . import after_reboot, spool
     from . import ledger as ledger_of
+    from . import mounts as mount_steps
     from .actions import execute
     report_only = cfg.actions.report_only
     ledger = state.load(LEDGER)
-    before = state.load(SUSPECTS)
-    mine = outage_of.suspects(findings, {f"{m[0]} {m[1]}": m[3] for m in before.get("mounts", [])
-                                         if isinstance(m, list) and len(m) >= 4},
-                              node_points=_node_points(cfg))
-    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace,
-                            suspects=mine)
+    now = time.time()
+    doc = state.load(INCIDENTS)
+    live, answered = _incidents(cfg, run, doc, seen, now)
+    actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
     if run.acts_by_exit:
         return _prolog_actions(actions, state, dry_run, report_only)
-    if run.tends_node and _may_recover(cfg, actions, findings):
-        actions = policy.recoveries(actions, findings, ledger, _recoverable(cfg), new_counts, bool(drain))
+    if run.tends_node and _may_recover(actions, findings):
+        actions = mounts.recoveries(actions, findings, live, ledger, mount_steps.recoverable(cfg), new_counts,
+                                    bool(drain))
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [run.generic_reason, hook_failure.get("replaces", "")]))
@@ -104,21 +119,39 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         slurm = open_backend(cfg.slurm, None if started is None else started + cfg.actions.deadline)
         if notes is not None and slurm.choice is not None:
             notes.append(slurm.choice.note())
-    if slurm is not None and picture is not None:
-        _job_picture(cfg, actions, slurm, picture)
+    early: list[ActionResult] = []
+    if drain and not failing and resume is None and slurm is not None and run.tends_node:
+        # A passing run of a node we drained: back in service by someone else's hand
+        # (an admin's resume)? Then our drain's word leaves its Comment now.
+        gone = _back_in_service(slurm, node, cfg.reason_prefix, drain)
+        if gone is not None:
+            early.append(gone)
+            drain = {}
     held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
     actions = [a for a in actions if not any(a is h for h, _ in held)]
-    # The same mount suspect on other nodes: the storage's outage, not this node's fault.
-    # An epilog reads no node list (Slurm's guide): it honours the health check's last
-    # finding, as it honours the breaker's.
-    found = (outage_of.outages(view.infos, node, mine) if view is not None
-             else outage_of.cached(before, mine, BREAKER_FRESH)) if mine else []
-    spared: list = []
-    if found:
-        actions, spared = outage_of.spared(actions, findings, found)
-        if notes is not None:
-            notes += [o.line() for o in found]
-    published = _publish(node, mine, before, held, actions, view, slurm, bool(drain))
+    every = mount_steps.interval(cfg, state) if live else mount_steps.DEFAULT_INTERVAL
+    if live and run.tends_node:
+        if view is None and slurm is not None:
+            view = _view(cfg, slurm)       # the other nodes' word on the mounts: one node-table read
+        if view is not None:
+            named = mounts.witnesses(view.infos, node, now, mount_steps.fresh_for(every), cfg.reason_prefix)
+        else:
+            # Slurm did not answer: no word from the cluster, the scope stays as it was. A
+            # run that asks Slurm nothing (report-only, a dry run) has no word to wait for:
+            # it tells what it would do alone with the mount.
+            named = {} if slurm is None else None
+        mounts.judge(live, named, now, every * _hysteresis(cfg))
+    # What the scope allows: nothing irreversible before it is known, jobs that wait out
+    # an outage, no reboot or recovery for the storage's trouble (decide/mount_incident.py).
+    actions, kept_back = mounts.govern(actions, findings, live, node, cfg.reason_prefix,
+                                       cfg.outage.requeue_after, now)
+    actions += mounts.told(answered, node, cfg.reason_prefix, now)
+    if slurm is not None and picture is not None:
+        _job_picture(cfg, actions, slurm, picture)      # of a job about to be requeued, not of one held
+    entries = mounts.entries(live, now)
+    _name_mounts(actions + [a for a, _ in held], entries, mounts.drain_words(live))
+    if notes is not None:
+        notes += mounts.notes(live)
     if (reboot or new_boot) and slurm is not None:
         after, reboot = after_reboot.after_reboot(slurm, node, cfg.reason_prefix, reboot, failing or bool(others_failing),
                                       cfg.policy.resume_after, cfg.actions.release_after)
@@ -127,19 +160,23 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     if resume is not None:
         actions.append(resume)
     queue = spool.merge(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
-    results = [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
-    results += [ActionResult(a, Outcome.HELD, why, code=Code.OUTAGE) for a, why in spared]
+    results = early + [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    results += [ActionResult(a, Outcome.HELD, why, code=code) for a, why, code in kept_back]
     recovering = [a for a in queue if a.kind == "recover"]
     queue = [a for a in queue if a.kind != "recover"]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
     if recovering:
         until = None if started is None else started + cfg.actions.deadline
-        results += _recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
+        results += mount_steps.recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
+    drained_now = bool(drain_record(drain, results, findings, node, True))
+    published = mount_steps.publish(node, entries, bool(doc.get("published")), results, held, actions, view, slurm,
+                                    drained_now, now, every * 0.75) if run.tends_node else bool(doc.get("published"))
     from ..decide.breaker import can_overflow
     if held == [] and slurm is not None and run.tends_node and \
-            (view is None or can_overflow(view, cfg.policy)):
+            (view is None or can_overflow(view, cfg.policy) and node not in view.ours):
         # Only the health check re-reads the cluster: a prolog or epilog never reads the
         # node list (Slurm's guide), it honours the health checks' last view instead.
+        # A node drained by us already only re-words its reason: nothing to re-read.
         results = _breaker_recheck(cfg, node, results, slurm, state)
 
     if not dry_run and not report_only:
@@ -149,15 +186,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         waiting_now = spool.entries(spooled, results)
         if waiting_now or spooled:
             state.save(SPOOL, waiting_now)
-        drain = drain_record(drain, results, findings, node)
-        if drain and found and outage_of.covers(findings, found):
-            # The storage's outage drained it: back in service once its runs pass.
-            drain = dict(drain, resumable=True)
-        if mine or published:
-            state.save(SUSPECTS, {"mounts": mine, "published": published,
-                                  **outage_of.cache(found, before, view is not None)})
-        elif before:
-            state.delete(SUSPECTS)
+        drain = drain_record(drain, results, findings, node, mounts.resumable(findings, live))
         if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
                                 for r in results):
             state.delete("hook-failure")      # the precise reason is in place (or moot)
@@ -166,56 +195,81 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         reboot = after_reboot.record(reboot, results)
         if reboot or state.exists("reboot"):
             state.save("reboot", reboot)
+    if not dry_run and run.tends_node:
+        # What the node saw of its mounts is kept in report-only mode too: it is what the
+        # report tells (an interval alone with one makes it the node's fault).
+        mounts.record(live + answered, results, findings, now)
+        if live or published:
+            state.save(INCIDENTS, dict(mounts.dump(live, now), published=published))
+        elif doc:
+            state.delete(INCIDENTS)
+        if answered:
+            gone = mounts.past(answered, mounts.load(state.load(PAST_INCIDENTS)), now)
+            state.save(PAST_INCIDENTS, mounts.dump(gone, now))
+        if state.exists(OLD_SUSPECTS):
+            state.delete(OLD_SUSPECTS)
     return results
 
 
-def _node_points(cfg: Config) -> frozenset[str]:
-    """The mountpoints of the storage the site marks as this node's own (`scope: node`):
-    the configured `mountpoint`, else the mount that holds the path, from our own mount
-    table (never a stat of a path that may hang)."""
-    marked = [fs for fs in cfg.filesystems if fs.scope == "node"]
-    if not marked:
-        return frozenset()
-    from ..host.mounts import MountTable, normalise
-    table = MountTable.current() if any(not fs.mountpoint for fs in marked) else None
-    held = [normalise(fs.mountpoint) if fs.mountpoint else getattr(table and table.holding(fs.path), "mountpoint", None)
-            for fs in marked]
-    return frozenset(p for p in held if p)
+def _incidents(cfg: Config, run, doc: dict, seen: list, now: float) -> tuple[list, list]:
+    """(the live incidents, those answered in this run). The health check keeps them; a
+    prolog or an epilog, which read no node list, go by what it kept lately, and a
+    mount only they see has no known scope."""
+    from ..decide import mount_incident as mounts
+    from .mounts import node_devs
+    if run.tends_node:
+        return mounts.advance(mounts.load(doc), seen, now, node_devs(cfg) if seen else frozenset())
+    kept = {i.key: i for i in mounts.fresh(doc, BREAKER_FRESH, now)}
+    live = {}
+    for s in seen:
+        live[s.key] = kept.get(s.key) or mounts.Incident(source=s.source, fstype=s.fstype, mountpoint=s.mountpoint,
+                                                         dev=s.dev, kind=s.kind, first=now)
+    return list(live.values()), []
 
 
-def _publish(node: str, mine: list, before: dict, held: list, actions: list, view, slurm, drained: bool) -> bool:
-    """Make the node's suspect mounts visible to the other nodes (decide/outage.py);
-    True while its Comment names them. A drain of ours names them in its own update; a
-    node the breaker holds back sets its Comment itself, once per change of the set;
-    once nothing is suspect, a node not drained by us takes them out again (a drain of
-    ours takes them out with its resume)."""
-    from ..core.reason import is_our_cause, without_our_cause
-    from ..decide.outage import published
-    from ..slurm.api import CAUSE_FIELD, SlurmError, node_is_drained
-    was = bool(before.get("published"))
-    if slurm is None:
-        return was
+def _hysteresis(cfg: Config) -> int:
+    """The most runs a check of a mount waits before it drains (policy.failures_to_drain):
+    another node names a mount only once it acts on it, so the scope waits as long."""
+    wanted = cfg.policy.failures_to_drain
+    return max([1] + [int(wanted.get(c, 1)) for c in ("filesystem", "stuck_tasks")])
+
+
+def _view(cfg: Config, slurm):
+    from ..decide.breaker import cluster_view
+    from ..slurm.api import SlurmError
     try:
-        if mine:
-            drain = next((a for a, _ in held if a.kind == "drain"), None)
-            if drain is None or view is None or node not in view.infos:
-                # Drained (now, or before) the cause names them; without a drain (off) nothing does.
-                return was or drained or any(a.kind == "drain" for a in actions)
-            info = view.infos[node]
-            if [m[:3] for m in published(info)] != [m[:3] for m in mine]:
-                text = f"{drain.cause} {without_our_cause(info.get(CAUSE_FIELD, ''))}".strip()
-                slurm.set_node_comment(node, text)
-                # What the node now is, for the rest of the run: no lookup of it again.
-                slurm.prime_node({**info, CAUSE_FIELD: text})
-            return True
-        if was and not drained:
-            info = slurm.node_state(node) or {}
-            text = info.get(CAUSE_FIELD, "")
-            if is_our_cause(text) and not node_is_drained(info):
-                slurm.set_node_comment(node, without_our_cause(text))
+        return cluster_view(slurm, cfg.reason_prefix)
     except SlurmError:
-        return was
-    return False
+        return None
+
+
+def _name_mounts(actions: list, entries: list, words: str) -> None:
+    """Each drain of this run names the node's mounts in its cause (what the other nodes
+    read), and says first when the storage is down for everybody."""
+    from ..core.reason import cause_with, make_reason, words_of
+    for a in actions:
+        if a.kind != "drain" or a.replace_only:
+            continue
+        if a.cause:
+            a.cause = cause_with(a.cause, entries)
+        if words and not words_of(a.reason).startswith(words):
+            a.reason = make_reason([words, words_of(a.reason)])
+
+
+def _back_in_service(slurm, node: str, prefix: str, drain: dict):
+    """A node we drained that is no longer drained, by someone else's hand: the result
+    saying so (our cause taken out of its Comment), or None while our drain stands."""
+    from ..core.model import Action
+    from ..slurm.api import SlurmError, foreign_states, node_is_drained
+    from .actions import execute
+    try:
+        info = slurm.node_state(node)
+    except SlurmError:
+        return None
+    if info is None or node_is_drained(info) or foreign_states(info):
+        return None
+    [result] = execute([Action("resume", node=node, reason=str(drain.get("reason", "")))], slurm, prefix, False)
+    return result
 
 
 def _new_boot(state: StateStore) -> bool:
@@ -325,9 +379,21 @@ def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: State
         return [(a, back) for a in risky], view
     if node in view.infos:
         slurm.prime_node(view.infos[node])      # the drain's own node lookup: no second RPC
+        # Our reason in place of Slurm's own generic one (`Kill task failed` for a task
+        # the storage holds): the node is out of service already, nothing is taken away.
+        risky = [a for a in risky if not _rewords(a, view.infos[node])]
     why = None if node in view.ours else verdict(view, node, cfg.policy)
     state.save("breaker", {"open": bool(why), "why": why or "", "at": time.time()})
     return ([(a, why) for a in risky] if why else []), view
+
+
+def _rewords(a, info: dict) -> bool:
+    """A drain that puts our reason in place of Slurm's generic one on a node Slurm
+    drained already."""
+    from ..core.reason import is_generic
+    from ..slurm.api import node_is_drained, strip_reason_stamp
+    return a.kind == "drain" and node_is_drained(info) and \
+        is_generic(strip_reason_stamp(info.get("Reason", "")), a.replaces)
 
 
 def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateStore) -> list:
@@ -337,8 +403,9 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
     from ..core.outcomes import Code, Outcome
     from ..decide.breaker import cluster_view, settle, step_back
     from ..slurm.api import MIN_CALL, SlurmError
+    # (Not a re-worded drain of Slurm's: stepping back would resume a node Slurm took out.)
     drained = [r for r in results if r.action.kind == "drain" and r.action.node == node
-               and r.outcome == Outcome.DONE and not r.action.replace_only]
+               and r.outcome == Outcome.DONE and not r.action.replace_only and r.code != Code.REPLACED_GENERIC]
     if not drained:
         return results
     wait = settle(time.time())
@@ -360,135 +427,30 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
 def _step_back(slurm, view, node: str, keep: str = "") -> None:
     """Resume our own drain, emptying the cause it recorded in the same update; `keep`:
     a cause naming the node's suspect mounts, which stays for the others to read
-    (decide/outage.py): a node that stepped back is still a witness of the outage."""
-    from ..core.reason import is_our_cause, read_cause, without_our_cause
+    (decide/mount_incident.py): a node that stepped back is still a witness of the
+    outage, and says it is held."""
+    from ..core.reason import cause_with, is_our_cause, read_cause, without_our_cause
     from ..slurm.api import CAUSE_FIELD
     text = view.infos.get(node, {}).get(CAUSE_FIELD, "")
-    keep = keep if (read_cause(keep) or {}).get("mounts") else ""
+    mounts = (read_cause(keep) or {}).get("mounts")
+    keep = cause_with(keep, mounts, held=True) if mounts else ""
     if is_our_cause(text) or keep:
         slurm.release(node, "RESUME", f"{keep} {without_our_cause(text)}".strip())
     else:
         slurm.resume(node)
 
 
-# --- recovery without a reboot (act/recovery.py) --------------------------------------------
-def _may_recover(cfg: Config, actions: list, findings: list[Finding]) -> bool:
-    if not any(fs.recover.method != "none" for fs in cfg.filesystems):
-        return False
+# --- recovery without a reboot (decide/mount_incident.py, act/mounts.py) -----------------
+def _may_recover(actions: list, findings: list[Finding]) -> bool:
+    """Is there a reboot a recovery could stand in for, or a failing probe of a mount?"""
     return any(a.kind == "reboot" for a in actions) or any(
         f.severity == FAIL and has_role(f.check, MOUNT_PROBE) for f in findings)
 
 
-def _recoverable(cfg: Config) -> dict:
-    """mountpoint -> Recovery for each configured mount with `recover` on, as mounted now
-    (mountinfo only); never a user's FUSE mount, nor one below it."""
-    from ..checks.filesystem import fs_timeout
-    from ..core.model import Recovery
-    from ..host.mounts import MountTable
-    table = MountTable.current()
-    out = {}
-    for fs in cfg.filesystems:
-        r = fs.recover
-        if r.method == "none":
-            continue
-        m = table.at(fs.mountpoint) if fs.mountpoint else table.holding(fs.path)
-        if m is not None and table.user_owner(m) is not None:
-            continue
-        # A mount that is gone (detached by a recovery whose remount failed) still has
-        # its entry: what was tried on it decides about the reboot.
-        point = m.mountpoint if m is not None else (fs.mountpoint or fs.path)
-        out[point] = Recovery(mountpoint=point, dev=m.dev if m is not None else "", method=r.method,
-                              command=list(r.command), remount=list(r.remount), wait=r.wait,
-                              timeout=fs_timeout(cfg, fs), probe=fs.path, probe_mode=fs.mode)
-    return out
-
-
-def _recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, ledger: dict,
-             dry_run: bool, report_only: bool, drain: dict, until: float | None = None) -> list:
-    """Carry out the recoveries policy asked for (each once per incident), then resume
-    the node and tell the jobs when one freed everything and the mount is back."""
-    from ..core.model import Action
-    from ..core.outcomes import Code, Outcome
-    from ..host.runner import Runner
-    from . import recovery
-    from .actions import execute
-    out: list[ActionResult] = []
-    for a in actions:
-        if any(k in ledger for k in a.keys):
-            out.append(ActionResult(a, Outcome.SKIPPED, "already tried for this incident", code=Code.ALREADY_DONE))
-            continue
-        if report_only or dry_run:
-            out.append(ActionResult(a, Outcome.REPORT_ONLY if report_only else Outcome.DRY_RUN,
-                                    "report only (actions.report_only): not done" if report_only
-                                    else "dry run: not done",
-                                    code=Code.REPORT_ONLY if report_only else Code.DRY_RUN))
-            continue
-        r = a.recovery
-        # (actions.requeue_job off: the site lets such jobs end as they end.)
-        waiting = [j for j in r.jobs if cfg.actions.requeue_job and not _job_handled(ledger, j)]
-        if waiting:
-            # Jobs first: the abort or force-unmount fails every call it frees, and a
-            # job whose task dies of it before Slurm requeued it ends FAILED.
-            out.append(ActionResult(a, Outcome.FAILED, f"not started: job {', '.join(waiting)} has a task waiting on "
-                                    f"{r.mountpoint} and was not requeued or ended yet; the next run recovers",
-                                    retry=False, code=Code.JOBS_FIRST))
-            continue
-        # Inside the run's action deadline (slurmd kills the health check at 60 s): a
-        # recovery that cannot fit is left whole for the next run, never cut short.
-        need = 4 * r.timeout + r.wait      # method, detach, remount, probe: each its deadline
-        if until is not None and until - time.monotonic() < need:
-            out.append(ActionResult(a, Outcome.FAILED, f"not started: {need:g}s needed, less left in this run "
-                                    "(actions.deadline); the next run tries", retry=False, code=Code.OUT_OF_TIME))
-            continue
-        runner = Runner(state)
-        # Our own probes stuck on the mount must go as well.
-        r.probes = [[int(e["pid"]), int(e["start"])] for k, e in runner.stuck().items()
-                    if k == f"filesystem:{r.probe}" and "pid" in e and "start" in e]
-        # The probe gets a runner of its own: the registry above was read while the
-        # stuck probes still lived, and they are gone now.
-        done = recovery.recover(r, runner, lambda: _probe(Runner(state), r, node))
-        now = time.time()
-        # By incident (once per incident) and by mount (what a later run's probe of it
-        # decides on: recovered, or tried and the reboot follows).
-        for k in a.keys + [f"recover:{node}:{r.mountpoint}"]:
-            ledger[k] = {"done": now, "seen": now, "recovered": done.recovered}
-        out.append(ActionResult(a, Outcome.DONE, done.summary(r),
-                                code=Code.RECOVERED if done.recovered else Code.NOT_RECOVERED))
-        if slurm is None:
-            continue
-        note = f"{cfg.reason_prefix} node {node}: {done.summary(r)}"
-        # Its own incident key: the diagnosis was recorded on the job already, this is news.
-        told = "+".join(f"{i}/recovery" for i in (a.incident or r.mountpoint).split("+"))
-        follow = [Action("comment", node=node, job=j, text=note, incident=told, ran_here=True)
-                  for j in r.jobs]
-        if done.recovered:
-            follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))
-        out += execute(follow, slurm, cfg.reason_prefix, dry_run, ledger)
-    return out
-
-
-def _job_handled(ledger: dict, job: str) -> bool:
-    """A requeue or cancel of the job was done (or found it not requeueable), in this run
-    or an earlier one: the ledger's job actions are keyed KIND:JOB:INCIDENT."""
-    return any(k.startswith((f"requeue:{job}:", f"cancel:{job}:")) for k in ledger)
-
-
-def _probe(runner, r, node: str) -> tuple[bool, str]:
-    from ..checks.filesystem import probe_read, probe_write
-    from ..host.runner import DONE, Task
-    key = f"filesystem:{r.probe}"
-    task = (Task(key, probe_write, (r.probe, 4096, node), r.timeout) if r.probe_mode == "write"
-            else Task(key, probe_read, (r.probe,), r.timeout))
-    o = runner.run([task])[key]
-    if o.status == DONE and isinstance(o.value, dict) and o.value.get("ok"):
-        return True, f"ok in {float(o.value.get('latency', 0)):.2f}s"
-    if o.status == DONE and isinstance(o.value, dict):
-        return False, f"{o.value.get('step', '?')} failed: {o.value.get('errno', '')} {o.value.get('message', '')}".strip()
-    return False, f"{o.status}" + (f" at {o.step}" if o.step else "")
-
-
-def drain_record(drain: dict, results, findings: list[Finding], node: str) -> dict:
-    """Our local note of why we drained this node (for auto-resume)."""
+def drain_record(drain: dict, results, findings: list[Finding], node: str, resumable: bool | None = None) -> dict:
+    """Our local note of why we drained this node (for auto-resume). `resumable`: may
+    passing runs lift it (decide/mount_incident.py: resumable); None: where every
+    failing finding allows it."""
     from ..core.outcomes import Code, Outcome
     # The mount a stuck task held came back without a reboot: the drain for it may be
     # resumed as any resumable one is (at once, or after passing runs).
@@ -499,8 +461,9 @@ def drain_record(drain: dict, results, findings: list[Finding], node: str) -> di
     for r in results:
         a = r.action
         if a.kind == "drain" and a.node == node and (r.outcome == Outcome.DONE or r.code == Code.ALREADY_DRAINED):
-            failing = [f for f in findings if f.severity == FAIL]
-            resumable = all(f.resumable for f in failing) and bool(failing)
+            if resumable is None:
+                failing = [f for f in findings if f.severity == FAIL]
+                resumable = all(f.resumable for f in failing) and bool(failing)
             keep = drain if drain.get("reason") == a.reason else {}
             # Since when the node is out of service: a re-worded reason of ours does not
             # put it back in service, so the drain's own time stays.

@@ -9,14 +9,18 @@ offers a way to fail its pending requests:
   `fuseblk`), from mountinfo: the mount itself is never touched.
 - NFS: `umount -f` fails the pending RPCs of a hard mount with EIO.
 - Anything else (Lustre eviction, GPFS): the site's own command.
+- A dead mount (its client gone: every call fails at once with ENOTCONN or ESTALE) has
+  nothing waiting on it: it is only detached and mounted again.
 
 Then the dead mount is detached (`umount -l`) and brought back (`remount`, or autofs or
 a systemd mount unit), and the filesystem's own probe must pass. Each step runs in a
 hang-safe child with a deadline (host/runner.py); the stuck tasks are polled by pid and start
 time in /proc, never waited for. A recovery that leaves a task alive, or a mount that
 does not come back healthy, says so: the reboot follows, saying recovery was tried.
+A task that lives on after the abort is freed all the same once it no longer waits (no
+longer in D): what its job does with the failed call is the job's.
 
-Policy decides when (policy.recoveries): a mount proven hung, found by the proven
+decide/mount_incident.py decides when (`recoveries`, `govern`): a mount proven hung, found by the proven
 device, never a user's own, once per incident, on a node we drained, never in `check`
 or `--dry-run`. Just before acting, one reading of the mount table must show that same
 device at the mount point, the node's: anything else is refused, saying why.
@@ -29,13 +33,13 @@ import time
 from .. import TYPE_CHECKING
 from ..core.records import dataclass, field
 from ..host import procfs
+from ..host.fusectl import FUSECTL
 from ..host.runner import DONE, Runner, Task
 
 if TYPE_CHECKING:
     from ..core.model import Recovery
     from ..host.mounts import Mount
 
-FUSECTL = "/sys/fs/fuse/connections"
 UMOUNT = ("/usr/bin/umount", "/bin/umount")
 POLL = 0.1
 
@@ -50,6 +54,8 @@ class Outcome:
     steps: list = field(default_factory=list)   # "abort: done", "remount: failed: ...", ...
 
     def summary(self, r: Recovery) -> str:
+        if self.recovered and r.dead:
+            return f"remounted without reboot ({r.mountpoint}: dead, its client gone)"
         if self.recovered:
             n = f"{self.freed} task{'s' if self.freed != 1 else ''} freed"
             if self.probes:
@@ -122,16 +128,25 @@ def _step(runner: Runner, key: str, func, args: tuple, timeout: float) -> tuple[
 ALIVE_TIMEOUT = 2.0
 
 
-def _present(tasks: list) -> list:
+def _present(tasks: list, stuck_only: bool = False) -> list:
     """The tasks whose process is still there and no zombie, by its status alone: this
     process reads nothing else of a stuck task (a task in execve with a flush of the
-    very mount being recovered stalls every reader of its stat)."""
+    very mount being recovered stalls every reader of its stat). `stuck_only`: only
+    those still in D. A freed task may well live on (its call failed, it handles the
+    error, or Slurm's SIGKILL takes it a moment later): what counts is that it no
+    longer waits."""
     left = []
     for pid, start in tasks:
         st = procfs.parse_status(procfs.read_small(f"/proc/{pid}/status") or b"")
-        if st and procfs.status_state(st) not in ("Z", "X"):
+        state = procfs.status_state(st) if st else ""
+        if st and state not in ("Z", "X") and (not stuck_only or state == "D"):
             left.append([pid, start])
     return left
+
+
+def _waiting(tasks: list, probes: list) -> list:
+    """What still holds the mount: the stuck tasks still in D, our own probes still there."""
+    return _present(tasks, stuck_only=True) + _present(probes)
 
 
 def _starts(progress, tasks: list) -> dict:
@@ -160,44 +175,50 @@ def _alive(tasks: list, runner: Runner | None = None) -> list:
 
 def recover(r: Recovery, runner: Runner, probe, fusectl: str = FUSECTL) -> Outcome:
     """Carry out one recovery; `probe()` runs the filesystem's own probe of r.probe and
-    says (passed, verdict)."""
+    says (passed, verdict). A dead mount (`r.dead`: every call fails at once, its client
+    gone) has nothing waiting on it: it is only detached and mounted again."""
+    from ..host import fusectl as control
     from ..host.waits import fusectl_name
     out = Outcome()
     m, refused = _live_mount(r)
     if refused:
         out.steps.append(refused)
         return out
-    if m is None:
+    if m is None and not r.dead:
         out.steps.append(f"{r.mountpoint} (device {r.dev}) is no longer mounted: nothing to recover")
-        out.left = _alive(r.tasks, runner)
+        out.left = _alive(_waiting(r.tasks, []), runner)
         out.freed = len(r.tasks) - len(out.left)
         return out
     key = f"recover:{r.mountpoint}"
-    if r.method == "fuse-abort":
-        ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{fusectl_name(m)}/abort",), r.timeout)
-    elif r.method == "nfs-force-unmount":
-        ok, what = _step(runner, key + ":umount-f", _run_argv, ([_umount(), "-f", r.mountpoint],), r.timeout)
-    else:
-        ok, what = _step(runner, key + ":command", _run_argv, (_argv(r.command, r, m.source),), r.timeout)
-    out.steps.append(f"{r.method}: {what}")
-    deadline = time.monotonic() + r.wait
-    everything = r.tasks + r.probes
-    left = _present(everything)
-    while left and time.monotonic() < deadline:
-        time.sleep(POLL)
-        left = _present(everything)
-    left = _alive(left, runner)
-    out.left = left
-    out.freed = len([t for t in r.tasks if t not in left])
-    out.probes = len([t for t in r.probes if t not in left])
-    if left:
-        out.steps.append(f"{len(left)} of {len(everything)} stuck tasks still there after {r.wait:g}s "
-                         f"(pid {', '.join(str(p) for p, _ in left[:5])})")
-        return out
+    if m is not None and not r.dead:
+        if r.method == "fuse-abort":
+            said = control.ensure(fusectl)
+            if said:
+                out.steps.append(said)
+            ok, what = _step(runner, key + ":abort", _abort, (f"{fusectl}/{fusectl_name(m)}/abort",), r.timeout)
+        elif r.method == "nfs-force-unmount":
+            ok, what = _step(runner, key + ":umount-f", _run_argv, ([_umount(), "-f", r.mountpoint],), r.timeout)
+        else:
+            ok, what = _step(runner, key + ":command", _run_argv, (_argv(r.command, r, m.source),), r.timeout)
+        out.steps.append(f"{r.method}: {what}")
+        deadline = time.monotonic() + r.wait
+        left = _waiting(r.tasks, r.probes)
+        while left and time.monotonic() < deadline:
+            time.sleep(POLL)
+            left = _waiting(r.tasks, r.probes)
+        left = _alive(left, runner)
+        out.left = left
+        out.freed = len([t for t in r.tasks if t not in left])
+        out.probes = len([t for t in r.probes if t not in left])
+        if left:
+            out.steps.append(f"{len(left)} of {len(r.tasks) + len(r.probes)} stuck tasks still stuck after "
+                             f"{r.wait:g}s (pid {', '.join(str(p) for p, _ in left[:5])})")
+            return out
     if r.remount:
         if _live_mount(r)[0] is not None:
             _step(runner, key + ":detach", _run_argv, ([_umount(), "-l", r.mountpoint],), r.timeout)
-        ok, what = _step(runner, key + ":remount", _run_argv, (_argv(r.remount, r, m.source),), r.timeout)
+        source = m.source if m is not None else ""
+        ok, what = _step(runner, key + ":remount", _run_argv, (_argv(r.remount, r, source),), r.timeout)
         if ok and _mounted_at(r.mountpoint) is None:
             ok, what = False, f"done, but nothing is mounted at {r.mountpoint}"
         out.steps.append(f"remount: {what}")

@@ -59,7 +59,11 @@ class RecoverConfig:
     remount: list = setting([], kind="strlist",
                             doc="argv that brings the mount back after the dead one is detached "
                             "(`umount -l`), placeholders as for command. Empty: nothing is run "
-                            "(autofs or a systemd mount unit brings it back).")
+                            "(autofs or a systemd mount unit brings it back). Set, it also "
+                            "remounts a dead mount (every probe fails at once with ENOTCONN, "
+                            "ESTALE or EIO on consecutive runs: its client died, as after a "
+                            "restart of the storage), whatever `method` says; a dead mount without "
+                            "it is this node's fault to reboot, unless every node finds it dead.")
     wait: float = setting(10.0, kind="seconds",
                           doc="How long the stuck tasks and probes on the mount get to go after the "
                           "recovery, polled, within the run's action deadline. Tasks still there: "
@@ -448,8 +452,10 @@ class FilesystemCheck:
             m = ctx.mounts.at(t.mountpoint) if t.mountpoint else ctx.mounts.holding(t.path)
             fstype = m.fstype if m else "?"
             where = {"mountpoint": m.mountpoint if m else None, "fstype": fstype,
-                     # What the other nodes know the same storage by (decide/outage.py).
-                     "source": m.source if m else None, "network": bool(m and m.is_network)}
+                     # What the other nodes know the same storage by, and what this node
+                     # knows the mount by (decide/mount_incident.py).
+                     "source": m.source if m else None, "network": bool(m and m.is_network),
+                     "dev": m.dev if m else None}
             o = outcomes[self.key(t.path)]
             out.append(self._verdict(t, o, fstype, where, ctx.behaviour))
         return out

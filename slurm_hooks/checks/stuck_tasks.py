@@ -37,7 +37,8 @@ and STATE_PROCESSES processes, the longest stuck first.
 
 This module is what every health check runs: the scan and the bookkeeping of
 sightings. What a stuck task waits on, read with care for what its user controls, and
-its finding are checks/_stuck_diagnosis.py, imported only once a task is seen in D.
+its finding are checks/_stuck_waits.py and checks/_stuck_diagnosis.py, imported only
+once a task is seen in D.
 """
 from __future__ import annotations
 

@@ -240,6 +240,23 @@ class ActionsConfig:
 
 
 @dataclass
+class OutageConfig:
+    interval: float | None = setting(None, kind="seconds", nullable=True, min=1,
+                                     doc="One health-check interval. A node that first sees a network "
+                                     "mount in trouble waits this long for another node to name the same "
+                                     "mount before it takes the trouble for its own fault (and requeues, "
+                                     "recovers or reboots); another node's word counts while younger than "
+                                     "two intervals. null: Slurm's HealthCheckInterval (read once a day), "
+                                     "or 60 s where Slurm runs no periodic health check.")
+    requeue_after: float = setting(1800.0, kind="number", min=0,
+                                   doc="Seconds. In an outage of the storage, a job whose tasks wait on it is not "
+                                   "requeued: it goes on by itself when the storage answers, and its "
+                                   "AdminComment says it waited. A job still waiting this long after it "
+                                   "was first seen waiting is requeued. 0: never. Default: the 30 minutes "
+                                   "a training job's collectives wait by default.")
+
+
+@dataclass
 class BesideConfig:
     command: list = setting([], kind="strlist",
                             doc="Another health check to run beside slurm-hooks, as an argument list "
@@ -294,6 +311,9 @@ class Config:
                                    doc="When to drain, when to resume, and the drain-storm breaker.")
     actions: ActionsConfig = setting(kind="section", cls=ActionsConfig,
                                      doc="What slurm-hooks may do about what it finds.")
+    outage: OutageConfig = setting(kind="section", cls=OutageConfig,
+                                   doc="A network mount in trouble on many nodes at once: the storage's "
+                                   "outage (docs/recovery.md).")
     slurm: SlurmConfig = setting(kind="section", cls=SlurmConfig, doc="How to reach Slurm.")
     diagnose: DiagnoseConfig = setting(kind="section", cls=DiagnoseConfig,
                                        doc="`slurm-hooks diagnose` and the job-wide picture taken "

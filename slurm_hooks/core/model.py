@@ -96,7 +96,8 @@ class CheckRun:
 
 @dataclass
 class Recovery:
-    """What a `recover` action frees, and how (act/recovery.py): a mount proven hung."""
+    """What a `recover` action frees, and how (act/recovery.py): a mount proven hung, or
+    dead (remounted)."""
     mountpoint: str
     dev: str = ""              # the mount's major:minor: fusectl names a FUSE connection by its minor
     method: str = ""           # fuse-abort, nfs-force-unmount, command
@@ -109,11 +110,12 @@ class Recovery:
     tasks: list = field(default_factory=list)   # [pid, start ticks] stuck on the mount
     probes: list = field(default_factory=list)  # [pid, start ticks] of our own probes stuck on it
     jobs: list = field(default_factory=list)    # their jobs, told what became of it
+    dead: bool = False         # the mount answers every call at once with an error: detach and remount only
 
 
 @dataclass
 class Action:
-    kind: str                  # drain, resume, reboot, down (a node); comment, requeue (a job)
+    kind: str                  # drain, resume, reboot, cancel_reboot, down (a node); comment, requeue (a job)
     node: str = ""
     reason: str = ""           # node reason (drain, reboot)
     job: str | None = None
@@ -137,7 +139,7 @@ class Action:
         return [f"{self.kind}:{target}:{i}" for i in (self.incident or "").split("+") if i]
 
     def describe(self) -> str:
-        if self.kind in ("drain", "resume", "reboot", "down"):
+        if self.kind in ("drain", "resume", "reboot", "cancel_reboot", "down"):
             tail = f": {self.reason}" if self.reason else ""
             return f"{self.kind} node {self.node}{tail}"
         if self.kind == "recover" and self.recovery is not None:

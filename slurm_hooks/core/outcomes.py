@@ -15,7 +15,7 @@ class Outcome(str, Enum):
     DONE = "done"                  # carried out
     SKIPPED = "skipped"            # not needed or not ours to do (the code says which)
     FAILED = "failed"              # Slurm refused, or did not answer (retry: spooled)
-    HELD = "held"                  # held back by the drain-storm breaker
+    HELD = "held"                  # held back: the drain-storm breaker, or the mount's incident
     DEFERRED = "deferred"          # left to Slurm: a failing prolog makes Slurm drain the node
     DRY_RUN = "dry-run"            # --dry-run: what would be done
     REPORT_ONLY = "report-only"    # actions.report_only: what would be done
@@ -65,6 +65,11 @@ class Code(str, Enum):
     NOT_RECOVERED = "not_recovered"        # recover: tried; tasks survived or the probe fails
     JOBS_FIRST = "jobs_first"              # recover: a job with a task on the mount is not requeued or ended yet
     OUTAGE = "outage"                      # reboot, recover: the mount is suspect on other nodes too (the storage's outage)
+    SCOPE_UNKNOWN = "scope_unknown"        # reboot, recover, requeue: not before the mount's scope is known
+    WAITS_OUT = "waits_out"                # requeue, comment: in an outage the job waits for the storage
+    NO_REBOOT_PENDING = "no_reboot_pending"  # cancel_reboot: nothing (any more) to withdraw
+    REBOOT_ISSUED = "reboot_issued"        # cancel_reboot: Slurm issued it already: it goes ahead
+    WITHDRAWN = "withdrawn"                # cancel_reboot: our reboot, not yet issued, called off
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
 
     def __str__(self) -> str:

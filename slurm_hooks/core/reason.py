@@ -160,16 +160,31 @@ MOUNTS_PUBLISHED = 4          # suspect mounts a node's cause names (CAUSE_LIMIT
 UNKNOWN_CAUSE = "unknown cause"
 
 
-def cause_text(check: str, where: str, incident: str, since: str, mounts: list | None = None) -> str:
-    """`mounts`: the node's suspect mounts, [source, fstype, mountpoint, since] each
-    (decide/outage.py), what the other nodes tell an outage of the storage by."""
+def cause_text(check: str, where: str, incident: str, since: str, mounts: list | None = None,
+               held: bool = False) -> str:
+    """`mounts`: the node's suspect mounts, [source, fstype, mountpoint, since, kind,
+    said at] each (decide/mount_incident.py), what the other nodes tell an outage of the
+    storage by; `held`: the node names them while the drain-storm breaker holds its
+    drain back (not drained, yet standing by its word)."""
     import json
     where = one_line(where)[:400]
     doc: dict = {"check": one_line(check), "where": where, "incident": one_line(incident)[:400], "since": since}
     if mounts:
         doc["mounts"] = [[one_line(str(x))[:120] for x in m] for m in mounts[:MOUNTS_PUBLISHED]]
+    if held:
+        doc["held"] = True
     data = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
     return f"{CAUSE_TAG} " + data.replace(" ", "\\u0020").replace("|", "\\u007c")
+
+
+def cause_with(text: str, mounts: list | None, held: bool = False) -> str:
+    """Our cause `text` (cause_text's form, alone) naming `mounts` instead of what it
+    named, and saying `held` or not; any other text as it is."""
+    doc = read_cause(text)
+    if doc is None:
+        return text
+    return cause_text(doc["check"], str(doc.get("where") or ""), str(doc.get("incident") or ""),
+                      str(doc.get("since") or ""), mounts, held)
 
 
 def is_our_cause(text: str) -> bool:
@@ -183,6 +198,11 @@ def _our_part(text: str) -> tuple[str, str]:
         return "", text.strip()
     ours, _, rest = text.partition(" {")[2].partition(" ")
     return f"{CAUSE_TAG} {{{ours}", rest.strip()
+
+
+def our_cause(text: str) -> str:
+    """Our cause alone out of a Comment ("" when it holds none)."""
+    return _our_part(text)[0]
 
 
 def without_our_cause(text: str) -> str:

@@ -23,9 +23,8 @@ diagnosed task: Slurm must agree it is the job's user before anything is done.
 """
 from __future__ import annotations
 
-from ..checks import has_role
-from ..core.model import FAIL, MOUNT_PROBE, STUCK_TASK, Action, Finding
-from ..core.reason import cause_text, make_reason, one_line, with_note
+from ..core.model import FAIL, Action, Finding
+from ..core.reason import cause_text, make_reason, one_line
 
 COMMENT_LIMIT = 1000
 
@@ -173,89 +172,3 @@ def resume_decision(findings: list[Finding], drain: dict, node: str, resume_afte
     if resume_after and drain.get("resumable") and passes >= resume_after:
         return Action("resume", node=node, reason=str(drain.get("reason", ""))), record
     return None, record
-
-
-def recoveries(actions: list[Action], findings: list[Finding], ledger: dict, recoverable: dict,
-               counts: dict, drained: bool) -> list[Action]:
-    """Put a recovery in place of a reboot where the kernel allows another way out.
-
-    `recoverable`: mountpoint -> Recovery (without tasks) for every configured mount
-    with `recover` on, as mounted now in the host's table (its `dev`, from one reading).
-    A reboot asked for tasks stuck on one such mount becomes a `recover` of it, once
-    per incident; once tried, the reboot goes ahead, saying so. The mount is the one
-    whose device is the proven one (the findings' `mount_dev`), never the one at the
-    path the task's own namespace shows: a task can bind the node's /home at /scratch
-    in a namespace of its own. A mount whose probe hung on consecutive runs of a node
-    we drained is recovered too. Never a user's mount (their findings do not fail),
-    never where we did not drain (the drain-storm breaker bounds recoveries as it
-    bounds drains).
-    """
-    from ..core.model import Recovery
-    if not recoverable or not drained:
-        return actions
-    by_dev: dict[str, str] = {}
-    for p, r in recoverable.items():
-        if r.dev:
-            by_dev.setdefault(r.dev, p)
-    out: list[Action] = []
-    for a in actions:
-        if a.kind != "reboot" or a.after_job:
-            out.append(a)
-            continue
-        ids = (a.incident or "").split("+")
-        stuck = [f for f in findings if f.needs_reboot and (f.incident or f.target) in ids]
-        devs = {str(f.evidence.get("mount_dev") or "") for f in stuck}
-        if len(devs) != 1 or next(iter(devs)) not in by_dev:
-            out.append(a)            # several places, or one without recovery: the reboot
-            continue
-        point = by_dev[next(iter(devs))]
-        tried = [ledger[k] for k in (f"recover:{a.node}:{i}" for i in ids) if k in ledger]
-        if tried:
-            how = recoverable[point].method
-            out.append(Action("reboot", node=a.node, reason=_tried(a.reason, how, point),
-                              incident=a.incident))
-            continue
-        base = recoverable[point]
-        tasks = [[int(f.evidence["pid"]), int(f.evidence.get("start_ticks") or 0)] for f in stuck
-                 if isinstance(f.evidence.get("pid"), int)]
-        jobs = sorted({f.job for f in stuck if f.job})
-        out.append(Action("recover", node=a.node, reason=a.reason, incident=a.incident,
-                          recovery=Recovery(**{**_fields(base), "tasks": tasks, "jobs": jobs})))
-    node = _node_of(actions)
-    for f in findings:
-        point = next((p for p, r in recoverable.items() if r.probe == f.target), "")
-        if f.severity != FAIL or not point or not has_role(f.check, MOUNT_PROBE):
-            continue
-        before = ledger.get(f"recover:{node}:{point}")
-        if isinstance(before, dict) and not before.get("recovered"):
-            # Recovery was tried and the mount did not come back healthy: the reboot.
-            if not any(x.kind in ("reboot", "recover") for x in out):
-                drain = next((x for x in out if x.kind == "drain"), None)
-                reason = drain.reason if drain is not None else f.reason_text
-                out.append(Action("reboot", node=node, reason=_tried(reason, recoverable[point].method, point),
-                                  incident=point))
-            continue
-        if (f.status in ("hung", "still_hung") and int(counts.get(f"{f.check}:{f.target}", 0)) >= 2
-                and before is None and not any(x.kind == "recover" for x in out)):
-            dev = recoverable[point].dev
-            on_it = [g for g in findings if g.severity == FAIL and dev and g.evidence.get("mount_dev") == dev
-                     and isinstance(g.evidence.get("pid"), int) and has_role(g.check, STUCK_TASK)]
-            out.append(Action("recover", node=node, reason=f.reason_text, incident=point,
-                              recovery=Recovery(**{**_fields(recoverable[point]),
-                                                   "tasks": [[g.evidence["pid"], int(g.evidence.get("start_ticks") or 0)]
-                                                             for g in on_it],
-                                                   "jobs": sorted({g.job for g in on_it if g.job})})))
-    return out
-
-
-def _fields(r) -> dict:
-    from ..core.records import asdict
-    return asdict(r)
-
-
-def _node_of(actions: list[Action]) -> str:
-    return next((a.node for a in actions if a.node), "")
-
-
-def _tried(reason: str, method: str, point: str) -> str:
-    return with_note(reason, f"(recovery tried: {one_line(method)} {one_line(point)})")

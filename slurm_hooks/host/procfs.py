@@ -8,7 +8,7 @@ the `fd/N` and `ns/*` links wait while the task is in execve with a close-on-exe
 whose FUSE FLUSH is never answered; `fdinfo` of an epoll whose lock another thread holds
 puts the reader in D; `cmdline`/`environ` take the mmap lock. Those are read only in
 hang-safe children (host/runner.py): the scan of /proc (scan_child), and the look at a
-stuck task (checks/_stuck_diagnosis.py).
+stuck task (checks/_stuck_reads.py).
 
 Every function takes the /proc root, so tests can point them at a captured tree.
 """

@@ -34,6 +34,7 @@ import os
 
 from ..core.records import dataclass, field
 from . import procfs
+from .fusectl import FUSECTL
 from .mounts import Mount, MountTable
 
 # Prefixes of kernel symbols, per family. The lock rule comes before every family
@@ -63,7 +64,6 @@ LOCK_WAITS = ("rwsem_down_", "down_read", "down_write", "__mutex_lock", "mutex_l
 # Scheduler frames above the one that says why a thread sleeps.
 SCHED_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled",
                 "io_schedule", "__switch_to", "__switch_to_asm", "preempt_schedule_common")
-FUSECTL = "/sys/fs/fuse/connections"
 SYMLINK_MAX = 40
 _PATH = getattr(os, "O_PATH", 0o10000000) | os.O_CLOEXEC
 

@@ -119,10 +119,12 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
     for key, n in sorted((recoveries or {}).items()):
         mount, _, outcome = key.rpartition("|")
         add("slurm_hooks_recoveries_total", n, mount=mount, outcome=outcome)
+    if outages:
+        from ..decide.mount_incident import epoch
     for o in outages or []:
         where = {"source": o.source, "fstype": o.fstype, "mountpoint": o.mountpoint}
-        add("slurm_hooks_storage_outage_nodes", len(o.nodes), **where)
-        since = o.epoch()
+        add("slurm_hooks_storage_outage_nodes", len(o.nodes) + 1, **where)     # the others, and this one
+        since = epoch(o.outage_since or o.since)
         if since is not None:
             add("slurm_hooks_storage_outage_since_timestamp_seconds", since, **where)
 

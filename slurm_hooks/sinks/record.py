@@ -4,6 +4,8 @@ a failure of any of them is our own local failure (core/errors.py), reported, ne
 """
 from __future__ import annotations
 
+import time
+
 from .. import TYPE_CHECKING
 from ..core.behaviour import behaviour
 from ..core.model import HEALTHY, UNHEALTHY, RunRecord
@@ -103,15 +105,13 @@ def _write_metrics(cfg: Config, record: RunRecord, state: StateStore) -> None:
 
 
 def _outages(record: RunRecord, state) -> list:
-    """The storage outages this run's actions found (decide/outage.py), as its
-    suspect-mounts record keeps them; none on a run with nothing suspect."""
+    """The storage's outages (and restarts) this run found, as the mount incidents keep
+    them (decide/mount_incident.py); none on a run with nothing failing."""
     if record.status != UNHEALTHY:
         return []
-    from ..act.actuation import BREAKER_FRESH, SUSPECTS
-    from ..decide.outage import cached
-    saved = state.load(SUSPECTS)
-    return cached(saved, [m for m in saved.get("mounts") or [] if isinstance(m, list) and len(m) >= 2],
-                  BREAKER_FRESH)
+    from ..act.actuation import BREAKER_FRESH, INCIDENTS
+    from ..decide.mount_incident import OUTAGE, RESTART, fresh
+    return [i for i in fresh(state.load(INCIDENTS), BREAKER_FRESH, time.time()) if i.scope in (OUTAGE, RESTART)]
 
 
 def report_local(cfg: Config, hook: str, errors: list[str]) -> None:

@@ -103,6 +103,7 @@ class FakeNode:
         self.reason_user = "root"
         self.reason_time: float | None = None
         self.next_state = ""                   # a pending reboot's nextstate
+        self.asap_drain = False                # the drain came with the ASAP reboot itself
         self.comment = ""
 
     def state(self) -> str:
@@ -474,9 +475,27 @@ class FakeSlurm(PrimedNodes):
         self._rpc("reboot")
         n = self._node(node)
         # `reboot ASAP nextstate=DOWN reason=...`: drained at once, rebooted once idle.
+        n.asap_drain = "DRAIN" not in n.flags
         n.flags |= {"DRAIN", "REBOOT_REQUESTED"}
         n.next_state = "DOWN"
         self._set_reason(n, reason)
+        self._occupancy()
+
+    def cancel_reboot(self, node: str) -> None:
+        self.changing(node)
+        self._rpc("cancel_reboot")
+        n = self._node(node)
+        if "REBOOT_ISSUED" in n.flags:
+            raise _refused("Reboot already in progress")
+        if "REBOOT_REQUESTED" not in n.flags:
+            raise _refused(INVALID_STATE if self._major() < 23 else "Invalid node state transition")
+        n.flags.discard("REBOOT_REQUESTED")
+        n.next_state = ""
+        if n.asap_drain:
+            # Only the drain the ASAP reboot added goes with it, its reason too.
+            n.flags.discard("DRAIN")
+            self._clear_reason(n)
+        n.asap_drain = False
         self._occupancy()
 
     def set_admin_comment(self, job: str, text: str) -> None:

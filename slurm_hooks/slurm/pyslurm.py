@@ -190,6 +190,13 @@ class PyslurmBackend(PrimedNodes):
         self.changing(node)
         self._scontrol.reboot(node, reason)
 
+    def cancel_reboot(self, node: str) -> None:
+        # As reboot: scontrol sends it (pyslurm binds no state for it).
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        self.changing(node)
+        self._scontrol.cancel_reboot(node)
+
     def listpids(self, node: str) -> dict:
         # Read from this host's slurmstepd sockets by scontrol, not asked of slurmctld.
         return self._scontrol.listpids(node)

@@ -391,6 +391,13 @@ class Slurm(PrimedNodes):
         # survived the reboot before any check could stop it.
         self._run("reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", node)
 
+    def cancel_reboot(self, node: str) -> None:
+        self.changing(node)
+        # Clears REBOOT_REQUESTED while the reboot is not yet issued; a node drained
+        # before the reboot was asked (ours always is) stays drained with its reason
+        # (slurmctld undoes only the drain an ASAP reboot itself added).
+        self._run("cancel_reboot", node)
+
     def listpids(self, node: str) -> dict:
         """pid -> JobRef for every job process this node's slurmd knows of."""
         from ..host.jobs import parse_listpids

@@ -135,7 +135,27 @@ def probe_plan(cfg, mounts=None) -> dict:
         probes.append({"path": t.path, "mode": t.mode, "why": why, "deadlines": deadlines})
     left = [{"mountpoint": m.mountpoint, "fstype": m.fstype, "uid": table.user_owner(m)}
             for m in table if (m.is_network or m.is_fuse) and table.user_owned(m)]
-    return {"enabled": True, "configured": bool(paths(cfg)), "probes": probes, "left_alone": left}
+    return {"enabled": True, "configured": bool(paths(cfg)), "probes": probes, "left_alone": left,
+            "fusectl": _fusectl(cfg, table)}
+
+
+def _fusectl(cfg, table) -> str:
+    """What `config check` says of fusectl where it matters: a `fuse-abort` recovery
+    writes there, and the stuck-task check asks it whether a FUSE mount of the node's
+    has a request waiting. Nothing guarantees it is mounted (systemd does it); slurm-hooks
+    mounts it itself when it needs it (host/fusectl.py)."""
+    from ..checks.filesystem import paths
+    from ..host.fusectl import FUSECTL
+    aborts = any(fs.recover.method == "fuse-abort" for fs in paths(cfg))
+    fuse = any(m.is_fuse and m.is_network and not table.user_owned(m) for m in table)
+    if not aborts and not fuse:
+        return ""
+    m = table.at(FUSECTL)
+    if m is not None and m.fstype == "fusectl":
+        return f"fusectl: mounted at {FUSECTL}"
+    why = "a fuse-abort recovery" if aborts else "the stuck-task check's look at a FUSE mount"
+    return (f"fusectl: not mounted at {FUSECTL}; slurm-hooks mounts it (mount -t fusectl) before {why} needs it, "
+            "and says so in the run's notes")
 
 
 def render_plan(plan: dict) -> list[str]:
@@ -151,4 +171,6 @@ def render_plan(plan: dict) -> list[str]:
     if plan["left_alone"]:
         lines.append("left alone (users' own FUSE mounts: theirs to break):")
         lines += [f"  {m['mountpoint']} ({m['fstype']} of uid {m['uid']})" for m in plan["left_alone"]]
+    if plan.get("fusectl"):
+        lines.append(plan["fusectl"])
     return lines

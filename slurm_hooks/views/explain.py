@@ -24,7 +24,13 @@ def node_runs(records: list[dict], node: str) -> list[dict]:
             and (r.get("node") == node or (r.get("node") is None and r.get("status") == "config_error"))]
 
 
-def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
+# What a run's notes say of a mount the cluster shares trouble with (decide/mount_incident.py).
+SHARED_SCOPE = ("outage of ", "storage restart: ")
+
+
+def explain(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None) -> str:
+    """`incidents`: the mounts' incidents the health check keeps (decide/mount_incident.py):
+    each one's story, step by step, is told after the drain."""
     mine = node_runs(records, node)
     lines = [f"slurm-hooks explain: node {node}"]
     if drain:
@@ -34,13 +40,14 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
         lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
                                          f"{drain.get('passes', 0)})" if drain.get("resumable")
                                          else "no: the cause needs a reboot or a human"))
-        # The scope: this node's fault, or the storage's outage (decide/outage.py), as
-        # the latest run found it; jobs first, then the mount, then the node.
-        # (The last failing run's word: passing runs after it say nothing of the cause.)
+        # The scope: this node's fault, or the storage's outage or restart
+        # (decide/mount_incident.py), as the latest run found it; jobs first, then the
+        # mount, then the node. (The last failing run's word: passing runs after it say
+        # nothing of the cause.)
         failing: dict = next((r for r in reversed(mine) if r.get("status") == "unhealthy"), {})
-        scope = [n for n in failing.get("notes", []) if str(n).startswith("outage of ")]
+        scope = [n for n in failing.get("notes", []) if str(n).startswith(SHARED_SCOPE)]
         lines.append("  scope: " + ("; ".join(scope) + ": the storage's, not this node's (no reboot or recovery "
-                                    "for it; jobs requeued, the node resumes once it answers)" if scope
+                                    "for it; the jobs wait for it, the node resumes once it answers)" if scope
                                     else "this node (jobs first, then the mount's recovery, then a reboot)"))
         if decided is not None:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
@@ -49,6 +56,9 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
             lines += [f"  {a}" for a in _actions_since(mine, decided, _followups(records, node))]
     else:
         lines.append("not drained by slurm-hooks (no drain recorded in local state)")
+    for i in incidents or []:
+        lines.append(f"mount: {i.line()}" + (" (answered)" if i.answered else ""))
+        lines += [f"  {_when(t)} {what}" for t, what in i.steps]
     shown = _last(mine, runs)
     lines.append(f"last {len(shown)} runs:")
     for r in shown:
@@ -59,11 +69,12 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10) -> str:
     return clean_text("\n".join(lines))
 
 
-def explain_json(records: list[dict], node: str, drain: dict, runs: int = 10) -> dict:
+def explain_json(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None) -> dict:
     """What explain() says, as one document for scripts."""
+    from ..core.records import asdict
     mine = node_runs(records, node)
     decided = _deciding_run(mine, drain.get("reason", "")) if drain else None
-    return {"node": node, "drain": drain or None,
+    return {"node": node, "drain": drain or None, "mounts": [asdict(i) for i in incidents or []],
             "deciding_run": decided, "runs": _last(mine, runs)}
 
 

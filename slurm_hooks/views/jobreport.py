@@ -10,7 +10,7 @@ are screened in a child first (collect_guarded: one that stalls is left out and 
 then collect() runs in a child with a deadline, and within it every read that may wait
 on the target's memory runs in children of its own (host/runner.py):
 
-- the environment (for the rank) and the command line: _stuck_diagnosis.read_task_memory,
+- the environment (for the rank) and the command line: _stuck_reads.read_task_memory,
   anonymous memory only, each read bounded;
 - CPU time over a short sample and resident memory: psutil, in a child (psutil reads
   /proc files too, but a library is no place to guess which reads are safe on a
@@ -43,7 +43,7 @@ import sys
 import time
 
 from .. import TYPE_CHECKING
-from ..checks._stuck_diagnosis import read_task_memory, syscall_of
+from ..checks._stuck_reads import read_task_memory, syscall_of
 from ..core.reason import printable
 from ..core.records import asdict, dataclass, field
 from ..host import procfs

@@ -69,14 +69,16 @@ class Status:
     drained_by_others: list[dict]
     groups: list[Group]
     # The same mount suspect on several nodes (drained or held back by the breaker), as
-    # each node's Comment names it (decide/outage.py): one outage of the storage.
+    # each node's Comment names it (decide/mount_incident.py): one outage of the storage.
     outages: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def collect(slurm, prefix: str, now: float | None = None) -> Status:
+def collect(slurm, prefix: str, now: float | None = None, fresh_for: float = 135.0) -> Status:
+    """`fresh_for`: how old a node's word on a mount may be and still count (two
+    health-check intervals and a little: act/mounts.py's fresh_for)."""
     now = time.time() if now is None else now
     nodes = slurm.list_nodes()
     jobs_by_node: dict[str, list[dict]] = {}
@@ -92,8 +94,8 @@ def collect(slurm, prefix: str, now: float | None = None) -> Status:
                 "job": info.get("JobId"), "state": info.get("JobState"), "restarts": info.get("Restarts"),
                 "restarted": int(info.get("Restarts", "0") or 0) > 0})
     ours, others, total = [], [], 0
-    from ..decide.outage import outages
-    storage = [asdict(o) | {"line": o.line()} for o in outages({i["NodeName"]: i for i in nodes}, None)]
+    from ..decide.mount_incident import across
+    storage = across({i["NodeName"]: i for i in nodes}, prefix, now, fresh_for)
     for info in nodes:
         total += 1
         if not node_is_drained(info) and not foreign_states(info):
