@@ -133,6 +133,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     if live and run.tends_node:
         if view is None and slurm is not None:
             view = _view(cfg, slurm)       # the other nodes' word on the mounts: one node-table read
+        named: dict | None
         if view is not None:
             named = mounts.witnesses(view.infos, node, now, mount_steps.fresh_for(every), cfg.reason_prefix)
         else:
