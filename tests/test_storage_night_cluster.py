@@ -133,13 +133,16 @@ def test_a_60s_outage_is_waited_out_by_the_jobs(clean_cluster, mallory, tmp_path
         # it when it starts the job.
         unkillable = "UnkillableStepTimeout=10\n"
         cluster.reconfigure(unkillable)
-        wide = submit(mallory, cluster, f"exec srun {PY} {reader} {point} {progress}-wide\n",
+        wide = submit(mallory, cluster, f"exec {cluster.binary('srun')} {PY} {reader} {point} {progress}-wide\n",
                       "-N2", "-w", "n1,n2", "--requeue")
         alone = submit(mallory, cluster, f"exec {PY} {reader} {point} {progress}-alone\n",
                        "-N1", "-w", "n3", "--requeue")
         for job in (wide, alone):
-            cluster.wait_for(lambda job=job: cluster.show_job(job).get("JobState") == "RUNNING", 30,
-                             what=f"job {job} running")
+            try:
+                cluster.wait_for(lambda job=job: cluster.show_job(job).get("JobState") == "RUNNING", 30,
+                                 what=f"job {job} running")
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {cluster.show_job(job)}; {cluster.show_nodes()}") from None
         wide_steps = Path(f"{progress}-wide-n1")
         cluster.wait_for(lambda: last_step(wide_steps)[0], 30, what="the job stepping")
         run_health_checks(cluster, wrapper, program, unkillable)
@@ -177,7 +180,7 @@ def test_a_60s_outage_is_waited_out_by_the_jobs(clean_cluster, mallory, tmp_path
         # Slurm's `Kill task failed` on n3 (the requeued job's task the storage held) was
         # the outage's: re-worded so, and resumed with it.
         reworded = [a for a in actions(tmp_path, "n3", "drain", "done") if a["code"] == "replaced_generic"]
-        assert reworded and reworded[0]["reason"].startswith(f"storage outage {SOURCE} ({point}); "), \
+        assert reworded and reworded[0]["reason"].startswith(f"storage outage {SOURCE} ({point})"), \
             actions(tmp_path, "n3", "drain")
         assert not marker.exists()
         print(f"60 s outage: the job stepping again {stepping:.1f}s after the storage answered, "

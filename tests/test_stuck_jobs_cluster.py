@@ -187,7 +187,8 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
         f"srun {sys.executable} {tmp_path}/ranks.py {stuck_mount.path} {barrier}\n"))
     cluster.wait_for(lambda: started(barrier, 1), 30, what="the job started")
 
-    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", GRACE + 2 * INTERVAL + 5,
+    # (The grace, then one interval for the mount's scope: no other node names it.)
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", GRACE + 4 * INTERVAL + 10,
                      what="the job requeued")
     try:
         cluster.wait_for(lambda: any(a["kind"] == "reboot" and a["outcome"] != "held"
