@@ -420,8 +420,11 @@ def _left(i: Incident, now: float) -> str:
 
 
 def _storage(i: Incident) -> str:
+    """The storage's trouble as a job's AdminComment names it: one clean line (a mount's
+    source and point are the site's, but a job's record is no place for a control
+    character either)."""
     what = "restart" if i.scope == RESTART else "outage"
-    return f"{what} of {i.source} ({i.mountpoint})"
+    return one_line(f"{what} of {i.source} ({i.mountpoint})")
 
 
 def told(answered: list[Incident], node: str, prefix: str, now: float) -> list[Action]:
