@@ -27,8 +27,24 @@ def task(root, pid, tid, comm, state, *, flags=0, cgroup="0::/user.slice\n", sys
     (t / "stat").write_text(line)
     (p / "stat").write_text(line)
     (p / "maps").write_text(MAPS)
-    (t / "status").write_text(f"Name:\t{comm}\nState:\t{state} (x)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
-                              f"voluntary_ctxt_switches:\t{switches[0]}\nnonvoluntary_ctxt_switches:\t{switches[1]}\n")
+    kthread = 1 if flags & 0x00200000 else 0
+    status = (f"Name:\t{comm}\nState:\t{state} (x)\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+              f"Kthread:\t{kthread}\nThreads:\t{{threads}}\n"
+              f"voluntary_ctxt_switches:\t{switches[0]}\nnonvoluntary_ctxt_switches:\t{switches[1]}\n")
+    threads = len(os.listdir(p / "task"))
+    (t / "status").write_text(status.format(threads=threads))
+    # The process's own status is its leader's (the first task made), with the count of
+    # its threads, as the kernel's.
+    leader = p / "status"
+    if pid == tid:
+        leader.write_text(status.format(threads=threads))
+    elif not leader.exists():
+        # A thread made without its leader: the leader has exited (a zombie whose
+        # status the process's is), as after pthread_exit() in main.
+        leader.write_text(status.format(threads=threads).replace(f"State:\t{state} (x)", "State:\tZ (zombie)"))
+    else:
+        text = leader.read_text()
+        leader.write_text(text.replace(f"Threads:\t{threads - 1}\n", f"Threads:\t{threads}\n"))
     (t / "syscall").write_text(syscall + "\n")
     (t / "wchan").write_text(wchan)
     (t / "stack").write_text(stack)

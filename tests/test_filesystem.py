@@ -58,7 +58,11 @@ def test_healthy_paths_pass(hooks, tmp_path, ok_mount):
     f = rec["by_path"][str(ok_mount.path)]
     assert f["status"] == "ok" and f["evidence"]["fstype"] == "fuse.fusefs"
     assert set(f["evidence"]["steps"]) == {"create", "write", "fsync", "read", "unlink"}
-    assert os.listdir(local) == [], "the probe file is removed"
+    # The probes work in a directory of their own, root's alone, and leave it empty.
+    assert os.listdir(local) == [".slurm-hooks"]
+    own = os.stat(local / ".slurm-hooks")
+    assert (own.st_uid, own.st_mode & 0o7777) == (0, 0o700)
+    assert os.listdir(local / ".slurm-hooks") == [], "the probe file is removed"
 
 
 def test_hung_mount_is_hung_and_names_the_step(hooks, hung_mount):

@@ -48,7 +48,8 @@ EMPTY = r"""
 import os, sys
 fd = int(sys.argv[1])
 for name in os.listdir(fd):
-    os.unlink(name, dir_fd=fd)
+    if name != ".slurm-hooks":          # the probes' own directory, root's
+        os.unlink(name, dir_fd=fd)
 """
 
 
@@ -93,7 +94,7 @@ def as_user(user, code: str, directory: Path, *args: str) -> str:
 
 def fill(user, directory: Path, how: str) -> None:
     as_user(user, FILL, directory, how)
-    owners = {os.lstat(directory / n).st_uid for n in os.listdir(directory)}
+    owners = {os.lstat(directory / n).st_uid for n in os.listdir(directory) if n != ".slurm-hooks"}
     assert owners == {user.uid}, "the job's user filled it, not root"
 
 
@@ -143,7 +144,8 @@ def test_full_scratch_is_a_resumable_failure_of_the_health_check(hooks, scratch,
     assert_resumable_failure(f, path, f"fs {path} full (ENOSPC)", "write")
     assert f["evidence"]["free_bytes"] == 0 and f["evidence"]["free_inodes"] > 0
     assert [(a["kind"], a["reason"]) for a in rec["actions"]] == [("drain", f"fs {path} full (ENOSPC) [slurm-hooks]")]
-    assert [n for n in os.listdir(path) if n.startswith(".slurm-hooks-probe")] == []
+    assert [n for n in os.listdir(path) if n.startswith(".slurm-hooks")] in ([], [".slurm-hooks"])
+    assert not (path / ".slurm-hooks").exists() or os.listdir(path / ".slurm-hooks") == [], "the probe file is gone"
 
     # The drain, had Slurm taken it, is recorded as ours and resumable (actuation's
     # own record of it, from the finding the command printed) ...

@@ -736,6 +736,46 @@ def _drop_in(path: Path, mark: Path, interpreter: str = "/bin/sh") -> Path:
     return path
 
 
+def test_a_site_check_whose_hashbang_line_names_the_users_program_is_refused(mallory, root_only_dir, tmp_path):
+    """Root-owned drop-ins whose `#!` line passes the user's program as the interpreter's
+    argument (`#!/bin/sh /user/x` runs /user/x, so does `#!/usr/bin/env -S /user/x`) are
+    refused, naming the user's path; a bare word the shell would run from the working
+    directory too. Lines that name only root's files still run, env's program found in
+    the site checks' PATH."""
+    checks = root_only_dir / "checks.d"
+    checks.mkdir(mode=0o755)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    evil = mallory.write("x", f"#!/bin/sh\n: > {mallory.home}/ran-as-root\necho evil\n", mode=0o755)
+    _drop_in(checks / "viash", marks / "viash", interpreter=f"/bin/sh {evil}")
+    _drop_in(checks / "viaenv", marks / "viaenv", interpreter=f"/usr/bin/env -S {evil}")
+    _drop_in(checks / "bare", marks / "bare", interpreter="/bin/sh x")
+    _drop_in(checks / "envsh", marks / "envsh", interpreter="/usr/bin/env sh")
+    _drop_in(checks / "shopt", marks / "shopt", interpreter="/bin/sh -e")
+    config = configure(tmp_path, site_checks={"dir": str(checks), "timeout": 5},
+                       filesystems=[{"path": str(tmp_path)}], stuck_tasks={"enabled": False})
+    found = _site_findings(config)
+    for name in ("viash", "viaenv"):
+        f = found[name]
+        assert (f["status"], f["severity"]) == ("refused", "warn"), f
+        head = f"site check {name} refused: a path on its #! line: "
+        assert f["summary"].startswith(head), f["summary"]
+        # The first component of the user's path that is not root's alone (/tmp's kind,
+        # or their own home), named.
+        named = f["summary"][len(head):].split(" is ", 1)[0]
+        assert str(evil).startswith(named) and named != "/", f["summary"]
+    assert found["bare"]["status"] == "refused" and "'x': a bare word" in found["bare"]["summary"]
+    for name in ("envsh", "shopt"):
+        assert (found[name]["status"], found[name]["summary"]) == ("ok", f"site {name}: ran"), found[name]
+        assert (marks / name).exists()
+    assert not (mallory.home / "ran-as-root").exists()
+    for name in ("viash", "viaenv", "bare"):
+        assert not (marks / name).exists()
+    # The health check itself (the prolog's and epilog's path is the same) runs none.
+    healthcheck(config)
+    assert not (mallory.home / "ran-as-root").exists()
+
+
 def test_a_site_check_behind_a_directory_the_user_owns_is_refused(mallory, root_only_dir, tmp_path):
     """The drop-in is a link to a root-owned program in a root-owned directory, but a
     directory above them is the user's: they can rename what lies below it (swap the

@@ -774,10 +774,10 @@ def test_each_process_gets_a_memory_reader_and_each_namespace_one_table(tmp_path
     diag, ctx = diagnosis(tmp_path, inspect_timeout=1.5)
 
     def answer(t):
-        if t.key == "stuck_tasks:inspect:100:1000":
+        if t.key == "stuck_tasks:inspect:100:1000:1000":
             return Outcome(t.key, DONE, value={"RANK": "3", "cmdline": "python x", "devs": ["0:50", 5],
                                                "paths": [None, "/gpfs/a"], "skipped": "environment not read"})
-        if t.key == "stuck_tasks:inspect:300:3000":
+        if t.key == "stuck_tasks:inspect:300:3000:1000":
             return Outcome(t.key, HUNG, error="no answer in 1.5s")
         if t.key == "stuck_tasks:mounts:mnt:[1]":
             return Outcome(t.key, DONE, value=VIEW)
@@ -787,8 +787,8 @@ def test_each_process_gets_a_memory_reader_and_each_namespace_one_table(tmp_path
     diag._read_memory_and_tables(ctx, [a, b, c])
     [asked] = ctx.runner.asked
     assert [(t.key, t.func, t.args, t.timeout) for t in asked] == [
-        ("stuck_tasks:inspect:100:1000", sr._inspect, (100, "/proc", [4096]), 1.5),
-        ("stuck_tasks:inspect:300:3000", sr._inspect, (300, "/proc", []), 1.5),
+        ("stuck_tasks:inspect:100:1000:1000", sr._inspect, (100, "/proc", [4096]), 1.5),
+        ("stuck_tasks:inspect:300:3000:1000", sr._inspect, (300, "/proc", []), 1.5),
         ("stuck_tasks:mounts:mnt:[1]", sr._mount_view, (100, "/proc", [50], []), sr.TABLE_TIMEOUT),
         ("stuck_tasks:mounts:mnt:[2]", sr._mount_view, (300, "/proc", [], []), sr.TABLE_TIMEOUT)]
     assert (a.rank, a.cmdline, a.inspect, a.devs, a.path, a.table_whole, a.table_count, a.table_cut, a.table_note) == \
@@ -807,7 +807,7 @@ def test_a_reader_that_says_nothing_more_is_ok(tmp_path):
     a = looked(100, mntns="")
     diag._read_memory_and_tables(ctx, [a])
     assert (a.inspect, a.cmdline, a.devs, a.path, a.rank) == ("ok", "", [], None, None)
-    assert [t.key for t in ctx.runner.asked[0]] == ["stuck_tasks:inspect:100:1000", "stuck_tasks:mounts:pid 100"]
+    assert [t.key for t in ctx.runner.asked[0]] == ["stuck_tasks:inspect:100:1000:1000", "stuck_tasks:mounts:pid 100"]
 
 
 def test_readers_and_tables_are_bounded_per_run(tmp_path):
@@ -821,20 +821,32 @@ def test_readers_and_tables_are_bounded_per_run(tmp_path):
     assert many[-1].inspect == f"not read: at most {sr.INSPECT_PER_RUN} processes are read per run"
     assert [d.table_note for d in many if d.mntns == "mnt:[4]"] == \
         ["its mount table was not read: at most 4 namespaces per run"] * 3
-    # Earlier readers stuck in the kernel: no more are started.
+    # Earlier readers of the same user's tasks stuck in the kernel: no more are started
+    # for that user; another user's task is still read.
     diag, ctx = diagnosis(tmp_path)
-    stuck_keys = [f"stuck_tasks:inspect:{i}:0" for i in range(3)] + ["stuck_tasks:walk:9:0", "other:inspect:1:0"]
+    stuck_keys = ([f"stuck_tasks:inspect:{i}:0:1000" for i in range(3)]
+                  + ["stuck_tasks:walk:9:0:1000", "other:inspect:1:0:2000", "stuck_tasks:inspect:8:0:2000"])
     ctx.runner = Kids(lambda t: Outcome(t.key, DONE, value=VIEW), stuck=stuck_keys)
-    a = looked(100)
-    diag._read_memory_and_tables(ctx, [a])
-    assert a.inspect == "not read: 4 earlier readers are stuck in the kernel" and diag._inspect_stuck == 4
-    assert [t.key for t in ctx.runner.asked[0]] == ["stuck_tasks:mounts:mnt:[1]"]
+    a, b = looked(100), looked(200)
+    b.sample.uid = 2000
+    diag._read_memory_and_tables(ctx, [a, b])
+    assert a.inspect == "not read: 4 earlier readers of uid 1000's tasks are stuck in the kernel"
+    assert diag._stuck == {1000: 4, 2000: 1} and b.inspect == "ok"
+    assert [t.key for t in ctx.runner.asked[0]] == ["stuck_tasks:inspect:200:2000:2000", "stuck_tasks:mounts:mnt:[1]"]
+    # Past INSPECT_STUCK_ALL in all, none is started for anyone.
+    diag, ctx = diagnosis(tmp_path)
+    stuck_keys = [f"stuck_tasks:inspect:{i}:0:{3000 + i}" for i in range(sr.INSPECT_STUCK_ALL)]
+    ctx.runner = Kids(lambda t: Outcome(t.key, DONE, value=VIEW), stuck=stuck_keys)
+    b = looked(200)
+    b.sample.uid = 2000
+    diag._read_memory_and_tables(ctx, [b])
+    assert b.inspect == f"not read: {sr.INSPECT_STUCK_ALL} earlier readers are stuck in the kernel"
 
 
 def walked(tmp_path, ds, answer=None, stuck_readers=0, hung_devs=()):
     diag, ctx = diagnosis(tmp_path, inspect_timeout=1.5)
     diag._host = MountTable(parse_mountinfo(HOST))
-    diag._inspect_stuck = stuck_readers
+    diag._stuck = {1000: stuck_readers}
     diag.hung_devs = set(hung_devs)
     ctx.runner = Kids(answer or (lambda t: Outcome(t.key, DONE, value={"mnt_id": 50, "end": "found"})))
     diag._walk(ctx, ds)
@@ -850,10 +862,10 @@ def test_a_path_argument_is_walked_from_where_the_task_would_start(tmp_path):
     bare = looked(600, path="data/x", table=TABLE, table_whole=True)
     [asked] = walked(tmp_path, [named, nothing, absolute, relative, at_dirfd, bare], hung_devs={"0:50"})
     assert [(t.key, t.func, t.args, t.timeout) for t in asked] == [
-        ("stuck_tasks:walk:100:1000", waits.walk, (100, "/proc", "root", "/gpfs/run/x", [60], [50]), 1.5),
-        ("stuck_tasks:walk:200:2000", waits.walk, (200, "/proc", "cwd", "data/x", [60], [50]), 1.5),
-        ("stuck_tasks:walk:300:3000", waits.walk, (300, "/proc", "fd/5", "x", [60], [50]), 1.5),
-        ("stuck_tasks:walk:600:6000", waits.walk, (600, "/proc", "cwd", "data/x", [60], [50]), 1.5)]
+        ("stuck_tasks:walk:100:1000:1000", waits.walk, (100, "/proc", "root", "/gpfs/run/x", [60], [50]), 1.5),
+        ("stuck_tasks:walk:200:2000:1000", waits.walk, (200, "/proc", "cwd", "data/x", [60], [50]), 1.5),
+        ("stuck_tasks:walk:300:3000:1000", waits.walk, (300, "/proc", "fd/5", "x", [60], [50]), 1.5),
+        ("stuck_tasks:walk:600:6000:1000", waits.walk, (600, "/proc", "cwd", "data/x", [60], [50]), 1.5)]
     assert (absolute.file, relative.file, at_dirfd.file, bare.file) == ("/gpfs/run/x", "/gpfs/run/data/x", "/gpfs/d/x",
                                                                          "data/x")
     assert absolute.walk == {"mnt_id": 50, "end": "found"} and named.walk == {} and nothing.walk == {}
@@ -880,7 +892,7 @@ def test_a_walk_needs_the_whole_table_and_a_free_reader(tmp_path):
     assert asked[0].args[4:] == ([], [])
     d = looked(100, path="/gpfs/x", table=TABLE, table_whole=True)
     assert walked(tmp_path, [d], stuck_readers=4) == []
-    assert d.walk == {"end": "not resolved", "error": "4 earlier readers are stuck"}
+    assert d.walk == {"end": "not resolved", "error": "4 earlier readers of uid 1000's tasks are stuck in the kernel"}
     many = [looked(100 + i, path="/gpfs/x", table=TABLE, table_whole=True) for i in range(sr.INSPECT_PER_RUN + 1)]
     [asked] = walked(tmp_path, many, stuck_readers=3)
     assert len(asked) == sr.INSPECT_PER_RUN and many[-1].walk == {"end": "not resolved", "error": "at most 16 per run"}
@@ -1012,10 +1024,10 @@ def test_diagnose_asks_each_child_in_turn_and_walks_with_the_hosts_fresh_table(t
     [d] = diag.diagnose(ctx, {500: [(sample(500, 500, "python"), 5.0)]}, {})
     looks, readers, walks = ctx.runner.asked
     assert [(t.key, t.func, t.args, t.timeout) for t in looks] == [
-        ("stuck_tasks:look:500:1500", sr._look, (500, 500, str(proc)), 1.5)]
-    assert [t.key for t in readers] == ["stuck_tasks:inspect:500:1500", "stuck_tasks:mounts:mnt:[9]"]
+        ("stuck_tasks:look:500:1500:1000", sr._look, (500, 500, str(proc)), 1.5)]
+    assert [t.key for t in readers] == ["stuck_tasks:inspect:500:1500:1000", "stuck_tasks:mounts:mnt:[9]"]
     # 0:4242 is no mount of this host's own table: a place only the task's namespace has.
-    assert [(t.key, t.args[2:]) for t in walks] == [("stuck_tasks:walk:500:1500", ("root", "/proj/x", [42], []))]
+    assert [(t.key, t.args[2:]) for t in walks] == [("stuck_tasks:walk:500:1500:1000", ("root", "/proj/x", [42], []))]
     assert d.ref == JobRef(job="88", step="0", task="0", uid=1000)
     assert (d.file, d.walk, d.cause, d.mount_owner) == ("/proj/x", {"mnt_id": 42, "end": "found"}, "shared_filesystem",
                                                         None)

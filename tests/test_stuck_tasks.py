@@ -200,27 +200,39 @@ def _stat(pid: int, comm: str, state: str, threads: int, flags: int = 0, start: 
     return f"{pid} ({comm}) {' '.join(after)}\n"
 
 
-def test_the_scan_reads_a_single_threaded_process_by_its_own_stat(tmp_path):
-    """One thread: the process's own stat is its thread's, and its task directory is
-    not listed (here it has none). Several: every thread's stat, the leader's state
-    notwithstanding. Kernel threads in D are never a job's."""
-    from slurm_hooks.host.procfs import PF_KTHREAD, scan_pids
+def test_the_scan_reads_a_single_threaded_process_by_its_own_status(tmp_path):
+    """One thread: the process's own status is its thread's, and its task directory is
+    not listed (here it has none). Several: every thread's status, the leader's state
+    notwithstanding; a zombie leader's one live thread too. Kernel threads in D are never
+    a job's. Only status is read (a stat a user can stall is not even there): the start
+    time is procfs.start_times', for the rows found."""
+    from slurm_hooks.host.procfs import scan_pids, start_times
     proc = tmp_path / "proc"
 
-    def task(pid, stat, tids=None):
-        (proc / str(pid)).mkdir(parents=True)
-        (proc / str(pid) / "stat").write_text(stat)
-        for tid, tstat in (tids or {}).items():
-            (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
-            (proc / str(pid) / "task" / str(tid) / "stat").write_text(tstat)
+    def status(name, state, threads, kthread=0):
+        return (f"Name:\t{name}\nUmask:\t0022\nState:\t{state} (x)\nUid:\t1000\t1000\t1000\t1000\n"
+                f"Kthread:\t{kthread}\nThreads:\t{threads}\nvoluntary_ctxt_switches:\t7\n"
+                "nonvoluntary_ctxt_switches:\t2\n")
 
-    task(10, _stat(10, "writer) D x", "D", 1))                       # no task directory at all
-    task(11, _stat(11, "sleeper", "S", 1))
-    task(20, _stat(20, "trainer", "S", 3), {20: _stat(20, "trainer", "S", 3), 21: _stat(21, "loader", "S", 3),
-                                            22: _stat(22, "ckpt", "D", 3)})
-    task(30, _stat(30, "kworker/0:1", "D", 1, flags=PF_KTHREAD))
-    found = scan_pids(["10", "11", "20", "30", "99"], str(proc))
-    assert [row[:5] for row in found] == [[10, 10, "writer) D x", "D", 1000], [20, 22, "ckpt", "D", 1000]]
+    def task(pid, text, tids=None):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "status").write_text(text)
+        for tid, ttext in (tids or {}).items():
+            (proc / str(pid) / "task" / str(tid)).mkdir(parents=True)
+            (proc / str(pid) / "task" / str(tid) / "status").write_text(ttext)
+
+    task(10, status("writer) D x", "D", 1))                          # no task directory at all
+    task(11, status("sleeper", "S", 1))
+    task(20, status("trainer", "S", 3), {20: status("trainer", "S", 3), 21: status("loader", "S", 3),
+                                         22: status("ckpt", "D", 3)})
+    task(30, status("kworker/0:1", "D", 1, kthread=1))
+    task(40, status("main", "Z", 1), {40: status("main", "Z", 1), 41: status("worker", "D", 1)})
+    found = scan_pids(["10", "11", "20", "30", "40", "99"], str(proc))
+    assert [row[:7] for row in found] == [[10, 10, "writer) D x", "D", -1, 7, 2], [20, 22, "ckpt", "D", -1, 7, 2],
+                                          [41 - 1, 41, "worker", "D", -1, 7, 2]]
+    (proc / "10" / "task" / "10").mkdir(parents=True)
+    (proc / "10" / "task" / "10" / "stat").write_text(_stat(10, "writer) D x", "D", 1))
+    assert start_times(lambda step: None, str(proc), [[10, 10], [20, 22]]) == {"10/10": 1000}
 
 
 def test_explain_shows_the_time_in_d_as_the_summary_says_it(stuck_check, hung_mount):

@@ -111,9 +111,11 @@ def test_each_verdict_says_how_it_was_reached():
     p = verdict(nfs + ["ceph_osdc_wait_request"], [])
     assert p.how == ["the kernel stack is in ceph/nfs, which no user can mount"]
     # The mount of the stack's own family is the one named, whichever id came first;
-    # with none of that family, the first the ids name.
+    # with none of that family, none: a descriptor on another mount (a user's own FUSE
+    # mount, its source name theirs) is not where an NFS wait waits.
     assert verdict(nfs, [40, 42]).mount.mountpoint == "/nfs"
-    assert verdict(nfs, [40]).mount.mountpoint == "/shared"
+    p = verdict(nfs, [40])
+    assert (p.cause, p.mount) == ("shared_filesystem", None)
     p = verdict(FUSE_STACK + EXT4_STACK, [])
     assert (p.cause, p.how) == ("unproven", ["the kernel stack is in fuse/local, but no id names the mount"])
     p = verdict(FUSE_STACK, [40, 999])

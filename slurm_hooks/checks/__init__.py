@@ -261,6 +261,10 @@ class Context:
         self.job = job               # model.JobInfo in the prolog and epilog
         self.fs_timeout = fs_timeout  # a hook's shorter filesystem deadline
         self.notes: list[str] = []   # things a reader of the report should know
+        # Task keys whose hang is a lock another task holds, not their target's fault
+        # (the filesystem check's probes queued on a directory's lock): no other check
+        # takes them for the storage's witness.
+        self.locked: set[str] = set()
         self._mounts: MountTable | None = None
 
     @property

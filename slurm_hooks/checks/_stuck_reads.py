@@ -33,11 +33,34 @@ CMDLINE_MAX = 4096
 PATH_MAX = 4096
 MAPS_MAX = 4 << 20
 INSPECT_PER_RUN = 16        # processes whose memory one run reads
-INSPECT_STUCK_MAX = 4       # inspect children left stuck in the kernel before we stop trying
+INSPECT_STUCK_MAX = 4       # inspect children left stuck in the kernel, per uid, before we stop trying
+INSPECT_STUCK_ALL = 32      # ... and in all
 DIAGNOSE_PER_RUN = 16       # stuck processes diagnosed per run; the rest wait for the next
 TABLES_PER_RUN = 4          # mount namespaces whose table one run reads
 TABLE_WHOLE = 4096          # a task's table up to this many mounts comes back whole
 TABLE_TIMEOUT = 5.0         # 16 MiB of mountinfo takes about 0.6 s of CPU to parse
+# Kernel stack frames read of a stuck thread: all of them in practice (the kernel
+# prints at most 64). A page fault inside a system call fills the top frames with the
+# fault's own; the filesystem whose code is waiting may lie far below.
+STACK_FRAMES = 64
+
+
+def fair(items: list, key) -> list:
+    """`items` (already in order of preference) taken round-robin by key(item): the
+    first of each key, then the second of each, and so on. A cap on the result then
+    leaves out no key while another has more than one in: one user's many stuck tasks
+    never crowd out another user's one."""
+    groups: dict = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    out: list = []
+    depth = 0
+    while len(out) < len(items):
+        for group in groups.values():
+            if depth < len(group):
+                out.append(group[depth])
+        depth += 1
+    return out
 
 
 @dataclass
@@ -254,7 +277,7 @@ def _look(progress, pid: int, tid: int, proc: str) -> dict:
     progress("wchan")
     out["wchan"] = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
     progress("stack")
-    out["stack"] = procfs.stack(pid, tid, proc)
+    out["stack"] = procfs.stack(pid, tid, proc, STACK_FRAMES)
     progress("sched")
     out["blocked"] = procfs.off_cpu_seconds(pid, tid, proc)
     progress("fdinfo")

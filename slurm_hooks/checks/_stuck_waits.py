@@ -27,6 +27,7 @@ from ..host.runner import DONE, Task
 from ._stuck_reads import (
     DIAGNOSE_PER_RUN,
     INSPECT_PER_RUN,
+    INSPECT_STUCK_ALL,
     INSPECT_STUCK_MAX,
     TABLE_TIMEOUT,
     TABLES_PER_RUN,
@@ -36,6 +37,7 @@ from ._stuck_reads import (
     _mount_view,
     _sigkill_pending,
     _table_from,
+    fair,
     rank_from,
 )
 
@@ -55,7 +57,7 @@ class Waits:
         self.settings = settings
         self.proc = proc
         self.deferred: list[int] = []       # stuck processes left for the next run
-        self._inspect_stuck = 0
+        self._stuck: dict[int | None, int] = {}
         self._host: MountTable | None = None
         self.hung_devs: set[str] = set()    # devices of the mounts whose probe hangs in this run
         self.fusectl = ""                   # what was done to have fusectl mounted, if anything
@@ -66,7 +68,7 @@ class Waits:
         from ..host.runner import HUNG, STILL_HUNG
         out = {}
         for key, o in outcomes.items():
-            if key.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG):
+            if key.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG) and key not in ctx.locked:
                 path = key.split(":", 1)[1]
                 m = ctx.mounts.holding(path)
                 if m is not None and m.dev:
@@ -110,8 +112,13 @@ class Waits:
         results: list[Stuck] = []
         listpids = None
         order = sorted(stuck.items(), key=lambda kv: (-max(h for _, h in kv[1]), kv[0]))
-        self.deferred = [pid for pid, _ in order[DIAGNOSE_PER_RUN:]]
-        for pid, items in order[:DIAGNOSE_PER_RUN]:
+        # Fair to every user: the longest held of each uid first, then the next of each.
+        # A user's own many stuck tasks (vfork parents, a stalled mount of theirs) never
+        # keep another user's one from being diagnosed in this run.
+        order = fair(order, lambda kv: kv[1][0][0].uid)
+        cap = max(DIAGNOSE_PER_RUN, len({items[0][0].uid for _, items in order}))
+        self.deferred = [pid for pid, _ in order[cap:]]
+        for pid, items in order[:cap]:
             items.sort(key=lambda x: -x[1])
             first, held = items[0]
             named = self._cgroup_ref(pid)
@@ -167,7 +174,31 @@ class Waits:
                 return
 
     def _key(self, what: str, d: Stuck) -> str:
-        return f"{self.name}:{what}:{d.sample.pid}:{d.sample.start}"
+        # The uid last: the children left stuck are counted per user (_stuck_readers).
+        return f"{self.name}:{what}:{d.sample.pid}:{d.sample.start}:{d.sample.uid}"
+
+    def _stuck_readers(self, ctx: Context) -> dict[int | None, int]:
+        """Our memory readers and path walkers stuck in the kernel, per uid of the task
+        they looked at (None: a key without one). A user who makes every reader of
+        theirs stick (a lock they hold, a mount of theirs) uses up their own share only."""
+        out: dict[int | None, int] = {}
+        for k in ctx.runner.stuck():
+            if not k.startswith((f"{self.name}:inspect:", f"{self.name}:walk:")):
+                continue
+            parts = k.split(":")
+            uid = int(parts[4]) if len(parts) > 4 and parts[4].lstrip("-").isdigit() else None
+            out[uid] = out.get(uid, 0) + 1
+        return out
+
+    def _may_read(self, uid: int) -> str:
+        """Why no more children may read a task of `uid` in this run, or ""."""
+        stuck = self._stuck
+        if stuck.get(uid, 0) >= INSPECT_STUCK_MAX:
+            return f"{stuck[uid]} earlier readers of uid {uid}'s tasks are stuck in the kernel"
+        total = sum(stuck.values())
+        if total >= INSPECT_STUCK_ALL:
+            return f"{total} earlier readers are stuck in the kernel"
+        return ""
 
     def _apply_look(self, d: Stuck, o) -> None:
         if o is None or o.status != DONE or not isinstance(o.value, dict):
@@ -195,25 +226,35 @@ class Waits:
 
     def _read_memory_and_tables(self, ctx: Context, results: list[Stuck]) -> None:
         """The memory readers and one mount table per namespace, all at once."""
-        inspect_stuck = sum(1 for k in ctx.runner.stuck() if k.startswith((f"{self.name}:inspect:", f"{self.name}:walk:")))
-        self._inspect_stuck = inspect_stuck
+        self._stuck = self._stuck_readers(ctx)
         tasks: list[Task] = []
         for d in results:
+            why = self._may_read(d.sample.uid)
             if d.look != "ok":
                 d.inspect = "not read: its /proc files do not answer"
-            elif inspect_stuck >= INSPECT_STUCK_MAX:
-                d.inspect = f"not read: {inspect_stuck} earlier readers are stuck in the kernel"
+            elif why:
+                d.inspect = f"not read: {why}"
             elif sum(1 for t in tasks if ":inspect:" in t.key) >= INSPECT_PER_RUN:
                 d.inspect = f"not read: at most {INSPECT_PER_RUN} processes are read per run"
             else:
                 tasks.append(Task(self._key("inspect", d), _inspect, (d.sample.pid, self.proc, d.addrs),
                                   self.settings.inspect_timeout))
         spaces: dict[str, list[Stuck]] = {}
+        own = procfs.readlink("/proc/self/ns/mnt") or ""
         for d in results:
-            if d.look == "ok":
-                spaces.setdefault(d.mntns or f"pid {d.sample.pid}", []).append(d)
+            if d.look != "ok":
+                continue
+            if own and d.mntns == own:
+                # Our own mount namespace: the table is the one this run read already
+                # (ids and devices alike), and no namespace read is spent on it.
+                d.table, d.table_whole, d.table_count = ctx.mounts, True, len(list(ctx.mounts))
+                continue
+            spaces.setdefault(d.mntns or f"pid {d.sample.pid}", []).append(d)
         views: dict[str, str | None] = {}
-        for ns, ds in list(spaces.items())[:TABLES_PER_RUN]:
+        # Fair to every user: one namespace of each uid before a second of any.
+        chosen = fair(list(spaces.items()), lambda kv: kv[1][0].sample.uid)
+        per_run = max(TABLES_PER_RUN, len({ds[0].sample.uid for _, ds in chosen}))
+        for ns, ds in chosen[:per_run]:
             ids = sorted({i for d in ds for i in d.mnt_ids.values() if isinstance(i, int)})
             key = f"{self.name}:mounts:{ns}"
             views[ns] = key
@@ -243,7 +284,7 @@ class Waits:
                     d.table = MountTable([])
                     d.table_whole = False
                     d.table_note = (f"its mount table was not read: {o.status}: {o.error}" if o is not None
-                                    else f"its mount table was not read: at most {TABLES_PER_RUN} namespaces per run")
+                                    else f"its mount table was not read: at most {per_run} namespaces per run")
         for d in results:
             if d.table is None:
                 d.table, d.table_whole = MountTable([]), False
@@ -251,11 +292,18 @@ class Waits:
 
     def _walk(self, ctx: Context, results: list[Stuck]) -> None:
         """Resolves each path argument from the task's own root, cwd or dirfd, in children."""
-        inspect_stuck = self._inspect_stuck
         walks: list[tuple[Stuck, Task]] = []
         for d in results:
             path = d.path
             if not path or d.file:
+                continue
+            why = self._may_read(d.sample.uid)
+            symbols = [d.wchan] + d.stack
+            if waits.lock_wait(symbols) or waits.fault_part(d.stack) is not None:
+                # Queued on a lock (the holder is the one waiting), or waiting in a page
+                # fault (the place is the buffer's mapping): the path is not the place,
+                # and a walk would only queue on the same lock.
+                d.file = path if path.startswith("/") else os.path.join(d.links.get("cwd", ""), path)
                 continue
             base = "root" if path.startswith("/") else ("cwd" if d.dirfd is None else f"fd/{d.dirfd}")
             # For people only: where the path leads is the walk's to say, not this string.
@@ -264,7 +312,7 @@ class Waits:
             if not d.table_whole:
                 d.walk = {"end": "not resolved", "error": d.table_note or
                           f"its mount table holds {d.table_count} mounts: too many to walk a path through"}
-            elif inspect_stuck < INSPECT_STUCK_MAX and len(walks) < INSPECT_PER_RUN:
+            elif not why and len(walks) < INSPECT_PER_RUN:
                 # Never into a user's own mount: reaching it is the answer, and its
                 # server is theirs to stall (a walk stuck there is one reader fewer).
                 theirs = sorted(m.mount_id for m in table
@@ -275,8 +323,7 @@ class Waits:
                                       (d.sample.pid, self.proc, base, path, theirs, hung),
                                       self.settings.inspect_timeout)))
             else:
-                d.walk = {"end": "not resolved", "error": f"{inspect_stuck} earlier readers are stuck"
-                          if inspect_stuck >= INSPECT_STUCK_MAX else f"at most {INSPECT_PER_RUN} per run"}
+                d.walk = {"end": "not resolved", "error": why or f"at most {INSPECT_PER_RUN} per run"}
         if walks:
             done = ctx.runner.run([t for _, t in walks])
             for d, t in walks:
@@ -299,7 +346,17 @@ class Waits:
             how = f"fd {fd}: {printable(d.anon[fd])}, no mount (its fdinfo not read)" if fd in d.anon \
                 else f"fd {fd}: mnt_id {mid}"
             candidates.append((table.by_id(mid) if mid is not None else None, how))
-        if d.walk:
+        symbols = [d.wchan] + d.stack
+        fault = waits.fault_part(d.stack) if d.syscall != "page fault" else None
+        if fault is not None:
+            # A page fault inside the system call (the kernel copying a user buffer): the
+            # task waits on the mapping the buffer lives in, not on what the call names.
+            # Judged as any page fault is, by the frames above the fault and the devices
+            # of the task's file mappings: a buffer in a file of the user's own mount is
+            # theirs, whatever the call's descriptor is on.
+            symbols = ([d.wchan] if d.wchan and d.wchan not in fault else []) + fault
+            candidates = waits.fault_candidates(symbols, d.devs, table) if d.devs else []
+        elif d.walk:
             mid = d.walk.get("mnt_id")
             how = f"path resolved from the task's root: {d.walk.get('end')}, mnt_id {mid}"
             if d.walk.get("error"):
@@ -307,7 +364,9 @@ class Waits:
             candidates.append((table.by_id(mid) if isinstance(mid, int) else None, how))
         elif d.syscall == "page fault" and d.devs:
             candidates += waits.fault_candidates([d.wchan] + d.stack, d.devs, table)
-        place = waits.attribute([d.wchan] + d.stack, candidates, table, self._host or ctx.mounts, d.sample.uid)
+        place = waits.attribute(symbols, candidates, table, self._host or ctx.mounts, d.sample.uid)
+        if fault is not None:
+            place.how.insert(0, "a page fault inside the system call: the place is the buffer's mapping")
         if d.look != "ok":
             place.how.append(f"its /proc files did not answer: {d.look}")
         if cut:

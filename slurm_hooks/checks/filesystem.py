@@ -10,9 +10,18 @@ The parent only reads /proc/self/mountinfo: it finds the mount holding each path
 string prefix and never stats the path itself. Everything that touches the path runs
 in a hang-safe child (host/runner.py).
 
-Verdicts: ok, slow (succeeded above warn_after), hung (deadline), error (with the
-errno name), full (ENOSPC or EDQUOT on node-local scratch), missing (the mount that
-should be there is not).
+Each probe works in a directory of its own below the probed path (`.slurm-hooks`,
+root's, 0700, made by the first write probe): no user can list it or hold its lock. A
+user who can read a directory can hold that directory's lock (a system call whose
+buffer they stall in a page fault, on a FUSE mount of theirs, keeps it), and a create
+in it queues behind them; so the probes never create or list in the probed directory
+itself. A probe past its deadline whose own kernel stack shows it queued on a lock
+(host/waits.lock_wait) is `locked`: someone holds it, the storage is not proven slow.
+
+Verdicts: ok, slow (succeeded above warn_after), hung (deadline), locked (past the
+deadline, queued on a lock another task holds: a warning), error (with the errno
+name), full (ENOSPC or EDQUOT on node-local scratch), missing (the mount that should
+be there is not).
 
 A full node-local scratch (/tmp, /dev/shm, a local disk) is what a job's own files do
 to a healthy node: in the health check it is a resumable failure (the drain is lifted
@@ -82,8 +91,9 @@ class FilesystemConfig:
                                  doc="Expected filesystem type of that mount (nfs4, lustre, gpfs, "
                                  "...). Another type is reported as `missing`.")
     mode: str = setting("write", kind="enum", choices=("write", "read"),
-                        doc="write: create+write+fsync+read back+unlink. read: statfs and "
-                        "read the directory, for mounts a node must not write to.")
+                        doc="write: create+write+fsync+read back+unlink, in the probes' own directory "
+                        "below the path (.slurm-hooks, root's, 0700). read: statfs, and read that "
+                        "directory where one exists, for mounts a node must not write to.")
     timeout: float | None = setting(None, kind="seconds", nullable=True,
                                     doc="Deadline for the probe. Default: filesystem_defaults.timeout.")
     warn_after: float | None = setting(None, kind="seconds", nullable=True,
@@ -179,6 +189,7 @@ def fs_payload(cfg: Config, fs: FilesystemConfig) -> int:
 
 
 DEFAULT_LOCAL = ("/tmp", "/dev/shm")
+STACK_TIMEOUT = 1.0      # the read of a hung probe's kernel stack
 # The world-writable scratch directories every job can fill, on whatever holds them
 # (a diskless node's /tmp may sit on its NFS root).
 SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
@@ -257,22 +268,89 @@ def _begin(progress, step: str) -> tuple[str, float]:
     return step, time.monotonic()
 
 
+# The probes' own directory below each probed path: root's, 0700. No user can list it,
+# create in it or hold its lock, so a probe's create, write, read and unlink there wait
+# on the storage alone. A user can hold the lock of a directory they may read (a
+# system call whose buffer they stall in a page fault holds it), and an O_CREAT in that
+# directory queues behind them: the probes never create in the probed directory itself.
+OWN_DIR = ".slurm-hooks"
+# Who root's files belong to on a root-squashed network export (nobody).
+SQUASHED = 65534
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _ours(fd: int) -> str:
+    """Why the directory open at fd is not the probes' own, or ""."""
+    import stat as st_
+    st = os.fstat(fd)
+    if not st_.S_ISDIR(st.st_mode):
+        return "not a directory"
+    if st.st_uid not in (0, SQUASHED):
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o077:
+        return f"mode {st.st_mode & 0o7777:04o}"
+    return ""
+
+
+def own_dir(directory: str, create: bool) -> tuple[int | None, str, str]:
+    """(descriptor of the probes' own directory below `directory`, note, the name of a
+    directory made for this run alone, to remove after). Made 0700 if
+    absent and `create`. One that is not root's alone (a user made the name first) is
+    left alone: the write probe then works in a fresh directory of its own made for this
+    run (mkdir: a name no one else can have), the read probe reads none; the note says so."""
+    base = os.open(directory, _DIR_FLAGS & ~os.O_NOFOLLOW)
+    try:
+        fd = -1
+        try:
+            try:
+                fd = os.open(OWN_DIR, _DIR_FLAGS, dir_fd=base)
+            except FileNotFoundError:
+                if not create:
+                    return None, "", ""
+                try:
+                    os.mkdir(OWN_DIR, 0o700, dir_fd=base)
+                except FileExistsError:
+                    pass
+                fd = os.open(OWN_DIR, _DIR_FLAGS, dir_fd=base)
+            why = _ours(fd)
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            why = "not a directory"
+        if not why:
+            return fd, "", ""
+        if fd >= 0:
+            os.close(fd)
+        note = f"{directory}/{OWN_DIR} is not the probes' own ({why})"
+        if not create:
+            return None, note, ""
+        name = f"{OWN_DIR}.{os.urandom(6).hex()}"
+        os.mkdir(name, 0o700, dir_fd=base)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=base)
+        return fd, note + f": a directory of this run's, {name}", name
+    finally:
+        os.close(base)
+
+
 def probe_write(progress, directory: str, size: int, node: str) -> dict:
     token = os.urandom(6).hex()
-    path = os.path.join(directory, f".slurm-hooks-probe.{node}.{os.getpid()}.{token}")
+    name = f"probe.{node}.{os.getpid()}.{token}"
     payload = (token.encode() * (size // len(token) + 1))[:size]
     steps: dict[str, float] = {}
     failure: dict | None = None
     created = False
-    fd = -1
+    fd = own = -1
+    note = temp = ""
     step = "create"
     t_all = time.monotonic()
     try:
         t = _begin(progress, step)[1]
-        # A new file of our own with a random name: never follows or reuses what a user
-        # may have placed in a shared directory. The read-back uses the same descriptor,
-        # so a name swapped in between cannot redirect it.
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        # Metadata, all of it "create": our own directory looked up (made the first
+        # time), then a new file of our own with a random name in it, a directory only
+        # root can use. The read-back uses the same descriptor.
+        got, note, temp = own_dir(directory, create=True)
+        own = got if got is not None else -1
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=own)
         created = True
         steps[step] = time.monotonic() - t
         step, t = _begin(progress, "write")
@@ -289,21 +367,21 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError:
             pass
-        chunks, got = [], 0
-        while got < size:
-            chunk = os.pread(fd, size - got, got)
+        chunks, got_bytes = [], 0
+        while got_bytes < size:
+            chunk = os.pread(fd, size - got_bytes, got_bytes)
             if not chunk:
                 break
             chunks.append(chunk)
-            got += len(chunk)
+            got_bytes += len(chunk)
         steps[step] = time.monotonic() - t
         if b"".join(chunks) != payload:
             return {"ok": False, "step": "read", "errno": "mismatch",
-                    "message": f"read back {got} bytes that differ from the {size} written"}
+                    "message": f"read back {got_bytes} bytes that differ from the {size} written"}
         os.close(fd)
         fd = -1
         step, t = _begin(progress, "unlink")
-        os.unlink(path)
+        os.unlink(name, dir_fd=own)
         created = False
         steps[step] = time.monotonic() - t
     except OSError as e:
@@ -313,14 +391,26 @@ def probe_write(progress, directory: str, size: int, node: str) -> dict:
             os.close(fd)
         if created:
             try:
-                os.unlink(path)
+                os.unlink(name, dir_fd=own)
+            except OSError:
+                pass
+        if own >= 0:
+            os.close(own)
+        if temp:
+            try:
+                os.rmdir(os.path.join(directory, temp))
             except OSError:
                 pass
     if failure is not None:
         if failure["errno"] in FULL_ERRNOS:
             failure["space"] = _space(directory)      # once our own file is gone
+        if note:
+            failure["note"] = note
         return failure
-    return {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
+    out = {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
+    if note:
+        out["note"] = note
+    return out
 
 
 def _space(directory: str) -> dict:
@@ -335,21 +425,41 @@ def _space(directory: str) -> dict:
 
 
 def probe_read(progress, directory: str) -> dict:
+    """statfs (the storage's answer, no lock taken), the directory opened (a round trip
+    of its own on network and FUSE mounts, the lookup of a cached name), and the probes'
+    own directory read where an admin or a write probe made one: never a directory a
+    user can lock, whose readdir would queue behind them."""
     steps: dict[str, float] = {}
     step = "statfs"
     t_all = time.monotonic()
+    note = ""
     try:
         t = _begin(progress, step)[1]
         os.statvfs(directory)
         steps[step] = time.monotonic() - t
         step, t = _begin(progress, "readdir")
-        with os.scandir(directory) as it:
-            for _ in it:
-                break
+        own, note, _ = own_dir(directory, create=False)
+        if own is not None:
+            try:
+                with os.scandir(own) as it:
+                    for _ in it:
+                        break
+            finally:
+                os.close(own)
         steps[step] = time.monotonic() - t
     except OSError as e:
         return _oserror(step, e)
-    return {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
+    out = {"ok": True, "latency": time.monotonic() - t_all, "steps": steps}
+    if note:
+        out["note"] = note
+    return out
+
+
+def probe_stack(progress, pid: int) -> list[str]:
+    """Runs in a hang-safe child: the kernel stack of one of our probe children left in
+    the kernel past its deadline (symbols, top first)."""
+    from ..host import procfs
+    return procfs.stack(pid, pid, procfs.PROC, 64)
 
 
 # --- the check -----------------------------------------------------------------------
@@ -361,7 +471,8 @@ class FilesystemCheck:
     series = {
         "slurm_hooks_filesystem_probe_ok": ("gauge", "1 when the filesystem probe of the path succeeded (ok or slow)."),
         "slurm_hooks_filesystem_probe_latency_seconds": ("gauge", "Time to the probe's verdict (the deadline when hung)."),
-        "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, error, full, missing)."),
+        "slurm_hooks_filesystem_probe_info": ("gauge", "The probe's verdict, as a label (ok, slow, hung, locked, "
+                                              "error, full, missing)."),
     }
     explain_keys = ("mountpoint", "fstype", "mode", "step", "errno", "free_bytes", "free_inodes",
                     "latency", "timeout", "since")
@@ -431,8 +542,10 @@ class FilesystemCheck:
         return None
 
     def _finding(self, t: Target, status: str, summary: str, detail: str = "",
-                 evidence: dict | None = None, for_job: bool = False) -> Finding:
-        if status == "ok":
+                 evidence: dict | None = None, for_job: bool = False, severity: str | None = None) -> Finding:
+        if severity is not None:
+            pass
+        elif status == "ok":
             severity = OK
         elif status == "slow" or not t.required or (status == "full" and for_job):
             severity = WARN
@@ -445,6 +558,7 @@ class FilesystemCheck:
 
     def findings(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> list[Finding]:
         out = []
+        locks = self._locks(ctx, outcomes)
         for t in self._targets:
             if t.path in self._problems:
                 out.append(self._problems[t.path])
@@ -457,8 +571,52 @@ class FilesystemCheck:
                      "source": m.source if m else None, "network": bool(m and m.is_network),
                      "dev": m.dev if m else None}
             o = outcomes[self.key(t.path)]
+            if self.key(t.path) in locks:
+                out.append(self._locked(t, o, fstype, where, locks[self.key(t.path)]))
+                continue
             out.append(self._verdict(t, o, fstype, where, ctx.behaviour))
         return out
+
+    def _locks(self, ctx: Context, outcomes: dict[str, TaskOutcome]) -> dict[str, list[str]]:
+        """key -> kernel stack, of each probe past its deadline that waits on a lock
+        (host/waits.lock_wait): read of our probe child left in the kernel, in a child
+        of its own. A probe that died of the kill waited killably: the storage's wait."""
+        from ..host import procfs
+        tasks = []
+        for t in self._targets:
+            o = outcomes.get(self.key(t.path))
+            if o is None or o.status not in (HUNG, STILL_HUNG) or not o.pid:
+                continue
+            if procfs.read_small(f"{procfs.PROC}/{o.pid}/status", size=64) is None:
+                continue
+            tasks.append(Task(f"{NAME}:stack:{t.path}", probe_stack, (o.pid,), STACK_TIMEOUT))
+        if not tasks:
+            return {}
+        # Only past a deadline: a healthy run never loads it.
+        from ..host import waits
+        found = {}
+        for key, o in ctx.runner.run(tasks).items():
+            stack = o.value if o.status == DONE and isinstance(o.value, list) else []
+            if stack and waits.lock_wait([str(x) for x in stack]):
+                probe = self.key(key.split(":", 2)[2])
+                found[probe] = [str(x) for x in stack]
+                ctx.locked.add(probe)
+        return found
+
+    def _locked(self, t: Target, o, fstype: str, where: dict, stack: list[str]) -> Finding:
+        """A probe queued on a lock another task holds: not the storage's fault (a user
+        who can read a directory can hold its lock, from a system call whose buffer they
+        stall). A warning, never a drain, an outage suspect, a recovery or a reboot."""
+        step = o.step or t.mode
+        ev = dict(where, pid=o.pid, elapsed=round(o.elapsed, 6), step=step, since=o.since, stack=stack[:8],
+                  lock=True)
+        top = next((s for s in stack if not s.startswith(("__schedule", "schedule"))), "?")
+        return self._finding(t, "locked",
+                             f"fs {t.path} probe waits on a lock >{t.timeout:g}s ({step}, {fstype})",
+                             detail=(f"the probe (pid {o.pid}) is queued on a lock in {top}, held by another "
+                                     "task (the kernel does not name it), not waiting on the storage; a task "
+                                     "holding a directory's lock is its own user's doing: not a drain"),
+                             evidence=ev, severity=WARN)
 
     def _verdict(self, t: Target, o, fstype: str, where: dict, behaviour: Behaviour | None = None) -> Finding:
         ev = dict(where, pid=o.pid, elapsed=round(o.elapsed, 6))

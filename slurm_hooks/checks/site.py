@@ -19,8 +19,10 @@ handed to the runner's registry of stuck children, so later runs report it "stil
 and never start a second one.
 
 Trust: root runs these. A drop-in runs only when its whole path is root's alone
-(host/trusted.py): every directory from `/` down, each link's target, the file and a
-script's interpreter owned by root and writable by no one else; otherwise it is refused
+(host/trusted.py): every directory from `/` down, each link's target, the file, a
+script's interpreter and every path its `#!` line names (`#!/bin/sh /x` runs /x, so
+does `#!/usr/bin/env -S /x`; env's program is verified where PATH finds it, any other
+bare word refused) owned by root and writable by no one else; otherwise it is refused
 with a warning naming the component and never run (a user who could change any of them
 would own the node). It is executed by the descriptor that walk opened (fexecve), so a
 rename after the check changes nothing. Listing the directory, that walk and the read of
@@ -142,21 +144,81 @@ def declared(head: bytes) -> tuple[tuple[str, ...], float | None, str]:
 
 
 # --- what runs in the children ---------------------------------------------------------
+# What a word of a `#!` line may hold: no quoting, escapes or expansions (`env -S`
+# interprets them), so each word means what it reads.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./=+,:@%-")
+
+
+def _root_only(path: str, mounts, what: str) -> str:
+    """Why `path` is not root's alone (every component, each link), or ""."""
+    try:
+        fd, _ = open_root_only(path, mounts=mounts)
+    except Untrusted as e:
+        return f"{what}: {e}"
+    except OSError as e:
+        return f"{what} {path}: {e.strerror}"
+    os.close(fd)
+    return ""
+
+
+def _in_path(name: str) -> str | None:
+    """Where env(1) finds `name` with the site checks' PATH (the first executable)."""
+    for d in PATH.split(":"):
+        candidate = os.path.join(d, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
+
+
 def _interpreter(head: bytes, mounts=None) -> str:
-    """Why a `#!` script's interpreter is not root's alone, or ""."""
+    """Why a `#!` script's interpreter, or anything its `#!` line names, is not root's
+    alone, or "".
+
+    The kernel runs `interpreter [argument] script`, the whole rest of the line one
+    argument, which the interpreter may read as a program or a file to run first:
+    `#!/bin/sh /x` runs /x, `#!/usr/bin/env -S /x` runs /x. So every word is verified:
+    an absolute path as the interpreter is (its whole path root's alone); an option
+    (`-e`, `-S`) only without a path inside it; a bare word only as env's program,
+    found in the site checks' PATH and verified there. Anything else is refused."""
     if not head.startswith(b"#!"):
         return ""
-    words = head[2:].split(b"\n", 1)[0].split()
-    interp = words[0].decode("utf-8", "replace") if words else ""
+    raw = head[2:].split(b"\n", 1)[0].split()
+    interp = raw[0].decode("utf-8", "replace") if raw else ""
     if not interp:
         return "its #! line names no interpreter"
+    why = _root_only(interp, mounts, "its interpreter")
+    if why:
+        return why
     try:
-        fd, _ = open_root_only(interp, mounts=mounts)
-    except Untrusted as e:
-        return f"its interpreter: {e}"
-    except OSError as e:
-        return f"its interpreter {interp}: {e.strerror}"
-    os.close(fd)
+        words = [interp] + [w.decode("ascii") for w in raw[1:]]
+    except UnicodeDecodeError:
+        return "its #! line's arguments are not plain ASCII"
+    env = os.path.basename(interp) == "env"
+    program = None
+    for word in words[1:]:
+        if not set(word) <= _PLAIN:
+            return f"its #! line: {word!r}: quoting, escapes or expansions are not verified"
+        if word.startswith("/"):
+            why = _root_only(word, mounts, "a path on its #! line")
+            if why:
+                return why
+            if env and program is None:
+                program = word
+        elif "/" in word:
+            return f"its #! line: {word!r}: a path inside an argument (or a relative path) is not verified"
+        elif word.startswith("-") or (env and program is None and "=" in word):
+            continue                    # an option, or env's NAME=value
+        elif env and program is None:
+            found = _in_path(word)
+            if found is None:
+                return f"its #! line: {word!r} is not in the site checks' PATH ({PATH})"
+            why = _root_only(found, mounts, f"{word} (env finds {found})")
+            if why:
+                return why
+            program = found
+        else:
+            return (f"its #! line: {word!r}: a bare word is a file the interpreter may run, "
+                    "relative to the working directory: not verified")
     return ""
 
 

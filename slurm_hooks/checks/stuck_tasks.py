@@ -25,15 +25,19 @@ do not prove to wait on the node's storage, devices or GPU driver (host/waits.py
 `stuck_tasks.not_node`.
 
 The scan of /proc runs in a hang-safe child (procfs.scan_child), beside the other
-checks' probes: a task in execve with a FUSE flush its user never answers stalls every
-reader of its stat. A scan past its deadline names the process it stalled on (the file
-the child had open); that process is remembered (state `proc-stalls`, while it lives as
-the same process), reported ("the /proc scan blocked on pid N"), and read through its
-status from then on, and the scan runs again without it, at most SCAN_TRIES times a run.
-This process itself reads only the tasks' status (procfs.status_sample).
+checks' probes, and reads each task's `status` alone: a task in execve with a FUSE
+flush its user never answers stalls every reader of its stat, wchan, syscall and stack,
+never of its status, so no number of such processes blinds the scan. The start time of
+the tasks found in D (a sighting's key, against a reused pid) is read from their stat
+afterwards, in a child (procfs.start_times); a stat that stalls there names its
+process, which is remembered (state `proc-stalls`, while it lives as the same process;
+the oldest forgotten past STALLS_MAX), reported ("the /proc scan blocked on pid N") and
+never read again; its sightings are matched by pid and tid. This process itself reads
+only the tasks' status (procfs.status_sample).
 
 The sightings kept between runs are bounded: at most STATE_THREADS threads of a process
-and STATE_PROCESSES processes, the longest stuck first.
+and STATE_PROCESSES processes, the longest stuck first, one process of each uid before a
+second of any.
 
 This module is what every health check runs: the scan and the bookkeeping of
 sightings. What a stuck task waits on, read with care for what its user controls, and
@@ -91,9 +95,10 @@ class StuckTasksConfig:
                             "the node's) is the job's problem: never a drain or a reboot. `comment`: "
                             "record the diagnosis on the job; `cancel` or `requeue` the job as well.")
     scan_timeout: float = setting(3.0, kind="seconds",
-                                  doc="Deadline of the child that scans /proc. A scan past it names the "
-                                  "process whose stat it stalled on: that process is reported and read through "
-                                  "its status from then on.")
+                                  doc="Deadline of the child that scans /proc (each task's status, which no "
+                                  "user can stall) and of each child reading wait channels. A read of a task's "
+                                  "stat that stalls names that process: it is reported and never read again "
+                                  "while it lives.")
     listpids_fallback: bool = setting(True, kind="bool",
                                       doc="Ask `scontrol listpids` which job a stuck process belongs "
                                       "to when its cgroup does not say (proctrack/linuxproc).")
@@ -115,8 +120,8 @@ PLACES = "stuck-places"  # "pid:start" -> the node's place a stuck task was prov
 PLACES_MAX = 256
 # Above this many threads the scan is split over forked children, one per CPU.
 PARALLEL_THREADS = 3000
-SCAN_TRIES = 3           # scans of one part per run, each without the processes found stalling
-STALLS_MAX = 64          # processes remembered as stalling the scan
+START_TRIES = 2          # children a run reading start times, each without the process that stalled the last
+STALLS_MAX = 64          # processes remembered as stalling a read of their stat
 STATE_THREADS = 16       # sightings kept per process ...
 STATE_PROCESSES = 256    # ... and processes kept in all
 
@@ -188,33 +193,56 @@ class StuckTasksCheck:
         return out
 
     def _scanned(self, ctx: Context, cfg: StuckTasksConfig, outcomes: dict[str, TaskOutcome]) -> list:
-        """Every part's result; a part that stalled runs again without the process it
-        stalled on, at most SCAN_TRIES times in all."""
+        """Every part's rows (status alone: no user stalls them); a part that did not
+        finish is said in the run's notes."""
         found: list = []
-        batch = {k: o for k, o in outcomes.items() if k.startswith(f"{NAME}:scan:")}
-        attempt = 0
-        while batch:
-            again = []
-            for key, o in sorted(batch.items()):
-                if o.status == DONE and isinstance(o.value, list):
-                    found.extend(o.value)
-                    continue
-                again.append(int(key.split(":")[2]))
-                pid = self._stalled_on(o.reading)
-                if pid is not None and pid in self._stalls:
-                    # Read through its status, yet it stalled a scan again: it is not
-                    # the same process after all (or status stalls too); counted.
-                    self._stalls[pid]["scans"] = int(self._stalls[pid].get("scans", 1)) + 1
-                elif pid is not None and len(self._stalls) < STALLS_MAX:
-                    self._stalls[pid] = {"id": procfs.identity(pid, self.proc), "since": time.time(), "scans": 1}
-            attempt += 1
-            if not again:
-                break
-            if attempt >= SCAN_TRIES:
-                self._scan_note = f"part of the /proc scan did not finish in {SCAN_TRIES} tries"
-                break
-            batch = ctx.runner.run([self._scan_task(cfg, part, attempt) for part in again])
+        for key, o in sorted(outcomes.items()):
+            if not key.startswith(f"{NAME}:scan:"):
+                continue
+            if o.status == DONE and isinstance(o.value, list):
+                found.extend(o.value)
+            else:
+                self._scan_note = f"part of the /proc scan did not finish: {o.status} {o.error}".strip()
         return found
+
+    def _start_times(self, ctx: Context, cfg: StuckTasksConfig, rows: list) -> None:
+        """Fills in the start time of each row found in D (the scan reads status alone),
+        from its stat, in a child: a stat that stalls names its process, which is
+        remembered (`proc-stalls`) and never read again while it lives; the rows it
+        kept from their start time keep -1 for this run (their sightings are matched by
+        pid and tid, _earlier). At most START_TRIES children a run, so no number of
+        stalling processes costs more than that."""
+        want = [[r[0], r[1]] for r in rows if r[0] not in self._stalls]
+        starts: dict = {}
+        for attempt in range(START_TRIES):
+            if not want:
+                break
+            key = f"{NAME}:starts:{attempt}"
+            o = ctx.runner.run([Task(key, procfs.start_times, (self.proc, want), min(cfg.scan_timeout, 1.0))])[key]
+            if o.status == DONE and isinstance(o.value, dict):
+                starts.update(o.value)
+                break
+            pid = self._stalled_on(o.reading)
+            if pid is None:
+                break
+            self._stall(pid)
+            want = [w for w in want if w[0] != pid]
+        for r in rows:
+            start = starts.get(f"{r[0]}/{r[1]}")
+            if isinstance(start, int):
+                r[4] = start
+
+    def _stall(self, pid: int) -> None:
+        """Remembers a process whose stat stalled a read of ours. Past STALLS_MAX the
+        oldest is forgotten: it is read again (and remembered again) in a later run, the
+        rest of the scan unaffected."""
+        if pid in self._stalls:
+            self._stalls[pid]["scans"] = int(self._stalls[pid].get("scans", 1)) + 1
+            return
+        if len(self._stalls) >= STALLS_MAX:
+            oldest = min(self._stalls, key=lambda p: float(self._stalls[p].get("since") or 0))
+            del self._stalls[oldest]
+        self._stalls[pid] = {"id": procfs.identity(pid, self.proc), "since": time.time(), "scans": 1}
 
     def _stalled_on(self, reading: list) -> int | None:
         """The process whose /proc file a stalled scan child had open."""
@@ -232,14 +260,16 @@ class StuckTasksCheck:
         if cfg.enabled == "false":
             return []
         found = self._scanned(ctx, cfg, outcomes)
+        ours = {pid for pid, _ in _own_children(ctx)}
+        # Our own children of this run (a probe in D during its fsync) are their check's,
+        # and those the runner knows are stuck: known by pid (the scan reads no start time).
+        mine = {o.pid for o in outcomes.values() if o.pid} | ctx.runner.running() | ours
+        found = [row for row in found if row[0] not in mine]
+        if found:
+            self._start_times(ctx, cfg, found)
         stalls = self._stall_findings(ctx)
-        ours = _own_children(ctx)
-        # Our own children of this run (a probe in D during its fsync) are their check's.
-        mine = {o.pid for o in outcomes.values() if o.pid} | ctx.runner.running()
         for row in found:
             pid, tid, _comm, _state, start = row[:5]
-            if (pid, start) in ours or pid in mine:
-                continue
             s = procfs.status_sample(pid, tid, start, self.proc)
             if s is not None and s.state == "D":
                 if len(row) >= 7:
@@ -250,7 +280,8 @@ class StuckTasksCheck:
         self._seen_wall = time.time() - (time.monotonic() - self._seen_at)
         previous = ctx.state.load(STATE)
         # A mount's own probe hung: its callers may be asleep (S) rather than in D.
-        probe_hung = any(k.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG) for k, o in outcomes.items())
+        probe_hung = any(k.startswith("filesystem:") and o.status in (HUNG, STILL_HUNG) and k not in ctx.locked
+                         for k, o in outcomes.items())
         if not self._seen and not previous and not probe_hung:
             if ctx.state.exists(PLACES):
                 ctx.state.delete(PLACES)        # no task in D: none keeps a place
@@ -265,14 +296,14 @@ class StuckTasksCheck:
         watching: list[tuple[procfs.TaskSample, float]] = []
         stuck: dict[int, list[tuple[procfs.TaskSample, float]]] = {}
         for _, b in seen:
-            entry = previous.get(b.key)
+            entry = _earlier(previous, b)
             if entry and tuple(entry.get("switches", ())) == b.switches:
                 first = float(entry["first_seen"])
             else:
                 first = self._seen_wall       # new, or it moved since the last run
             if b.tid in kernel:
                 first = min(first, kernel[b.tid][1])
-            state[b.key] = {"first_seen": first, "switches": list(b.switches), "comm": b.comm}
+            state[b.key] = {"first_seen": first, "switches": list(b.switches), "comm": b.comm, "uid": b.uid}
             held = now - first
             if held >= cfg.grace:
                 stuck.setdefault(b.pid, []).append((b, held))
@@ -358,17 +389,33 @@ class StuckTasksCheck:
         keeps it only where the kernel's ids prove it waits on the hung probe's mount."""
         from ..host import waits
         key = f"{NAME}:scan-s"
-        o = ctx.runner.run([Task(key, waits.scan_fs_waits, (self.proc, frozenset(self._stalls)), cfg.scan_timeout)])[key]
+        o = ctx.runner.run([Task(key, procfs.scan_child, (self.proc, 0, 1, frozenset(), "S"), cfg.scan_timeout)])[key]
         if o.status != DONE or not isinstance(o.value, list):
             self._scan_note = f"the scan for tasks asleep on a filesystem did not finish: {o.status}"
             return []
-        ours = _own_children(ctx)
-        mine = {x.pid for x in outcomes.values() if x.pid} | ctx.runner.running() | {o.pid}
-        first = []
+        ours = {pid for pid, _ in _own_children(ctx)}
+        mine = {x.pid for x in outcomes.values() if x.pid} | ctx.runner.running() | {o.pid} | ours
+        # The wait channels, one child per user: a user whose tasks' wait channels do not
+        # answer (in execve, a FUSE flush unanswered) hides only their own sleepers.
+        per_uid: dict[int, list] = {}
         for row in o.value:
-            pid, tid, _comm, _state, start = row[:5]
-            if (pid, start) in ours or pid in mine:
+            if row[0] not in mine and row[0] not in self._stalls:
+                per_uid.setdefault(row[8] if len(row) > 8 else -1, []).append(row)
+        tasks = [Task(f"{NAME}:scan-s:{uid}", waits.fs_waits, (self.proc, rows), cfg.scan_timeout)
+                 for uid, rows in sorted(per_uid.items())]
+        rows = []
+        for k, r in (ctx.runner.run(tasks) if tasks else {}).items():
+            if r.status == DONE and isinstance(r.value, list):
+                rows.extend(r.value)
                 continue
+            pid = self._stalled_on(r.reading)
+            if pid is not None:
+                self._stall(pid)
+            ctx.notes.append(f"the wait channels of uid {k.rsplit(':', 1)[1]}'s sleeping tasks did not answer "
+                             f"({r.status}): those tasks are not looked at in this run")
+        first = []
+        for row in rows:
+            pid, tid, _comm, _state, start = row[:5]
             s = procfs.status_sample(pid, tid, start, self.proc)
             if s is not None and s.state == "S":
                 first.append(s)
@@ -405,9 +452,25 @@ class StuckTasksCheck:
         return out
 
 
+def _earlier(previous: dict, b: procfs.TaskSample) -> dict | None:
+    """The sighting kept for this task: by pid, tid and start time, or, where one of the
+    two start times is unknown (-1: its stat was not read), by pid and tid alone."""
+    entry = previous.get(b.key)
+    if entry is not None:
+        return entry
+    head = f"{b.pid}/{b.tid}/"
+    for key, e in previous.items():
+        if key.startswith(head) and (b.start == -1 or key == head + "-1"):
+            return e
+    return None
+
+
 def _bounded(state: dict[str, dict]) -> dict[str, dict]:
     """At most STATE_THREADS sightings per process and STATE_PROCESSES processes, the
-    longest stuck first: a user with 100,000 threads in D does not grow the file."""
+    longest stuck first and fair to every user (one process of each uid before a second
+    of any): a user with 100,000 threads in D does not grow the file, nor push another
+    user's stuck task out of it (its grace clock would start again each run)."""
+    from ._stuck_reads import fair
     per: dict[str, list[tuple[str, dict]]] = {}
     for key, entry in state.items():
         per.setdefault(key.split("/", 1)[0], []).append((key, entry))
@@ -418,6 +481,7 @@ def _bounded(state: dict[str, dict]) -> dict[str, dict]:
         items.sort(key=lambda kv: kv[1]["first_seen"])
         kept.append(items[:STATE_THREADS])
     kept.sort(key=lambda items: items[0][1]["first_seen"])
+    kept = fair(kept, lambda items: items[0][1].get("uid", -1))
     return {k: e for items in kept[:STATE_PROCESSES] for k, e in items}
 
 

@@ -100,39 +100,57 @@ def parse_status(data: bytes) -> dict[str, str]:
     return out
 
 
+def _status_fields(data: bytes) -> tuple[bytes, int, bool, str, int, int, int]:
+    """(state letter, threads, kernel thread, name, voluntary, involuntary switches, uid)
+    from a status file's bytes, without parsing the rest of it."""
+    def field(name: bytes) -> bytes:
+        i = data.find(b"\n" + name + b":\t")
+        if i < 0:
+            return b""
+        i += len(name) + 3
+        j = data.find(b"\n", i)
+        return data[i:j if j >= 0 else len(data)]
+    name = data[6:data.find(b"\n")] if data.startswith(b"Name:\t") else b"?"
+    kthread = field(b"Kthread") == b"1" if b"\nKthread:" in data else b"\nVmSize:" not in data
+    try:
+        threads = int(field(b"Threads") or 1)
+    except ValueError:
+        threads = 1
+    uid = field(b"Uid").split(b"\t", 1)[0]
+    return (field(b"State")[:1], threads, kthread, name.decode("utf-8", "replace"),
+            _int(field(b"voluntary_ctxt_switches")), _int(field(b"nonvoluntary_ctxt_switches")),
+            int(uid) if uid.isdigit() else -1)
+
+
 def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
               skip: frozenset[int] | set[int] = frozenset(), keep=None) -> list[list]:
-    """Every thread of the given processes whose state is in `states`.
+    """Every thread of the given processes whose state is in `states`, found from the
+    tasks' `status` alone.
 
-    Returns [pid, tid, comm, state, start, voluntary, involuntary, when] lists
-    (JSON-friendly: the scan runs in a child and sends them over a pipe); the context
-    switches come from the task's status, `when` is CLOCK_MONOTONIC at that read.
-    A process's own stat says how many threads it has: one
-    (most processes, every kernel thread) and that stat is its only thread's, so its
-    task directory is not listed. Opening each task's stat relative to the task
-    directory's descriptor saves a path walk per thread: with 10,000 threads the
-    scan is dominated by the kernel's per-file cost.
+    Returns [pid, tid, comm, state, start, voluntary, involuntary, when, uid] lists
+    (JSON-friendly: the scan runs in a child and sends them over a pipe); `start` is -1
+    here (start_times reads it, for the threads found only), `when` is CLOCK_MONOTONIC
+    at the read. A process's status says how many threads it has: one (most processes)
+    and that status is its only thread's, so its task directory is not listed, unless
+    its leader is a zombie (it called pthread_exit): the one thread left is another.
 
-    The processes in `skip` stalled an earlier scan's read of their stat: their threads
-    are seen through `status`, which does not block, with start time -1. `keep(pid,
-    tid)`, when given, must also say yes (before the thread's status is read).
+    Only `status`: a task in execve with a FUSE flush its user never answers stalls
+    every reader of its `stat`, `wchan`, `syscall` and `stack`, never of its `status`. So
+    no user can stop this scan; a stat that stalls costs only the start times.
+    `keep(pid, tid)`, when given, must also say yes, except for the processes in `skip`
+    (an earlier read of theirs stalled; keep may read their stalling files).
     """
     found: list[list] = []
     for pid in pids:
-        if skip and int(pid) in skip:
-            found.extend(_scan_by_status(pid, proc, states))
-            continue
-        data = read_small(f"{proc}/{pid}/stat", size=1024)
+        data = read_small(f"{proc}/{pid}/status")
         if data is None:
             continue      # the process ended
-        close = data.rfind(b")")
-        try:
-            threads = int(data[close + 2:].split()[17])
-        except (IndexError, ValueError):
-            threads = 0
-        if threads == 1:
-            if data[close + 2:close + 3] in states and (keep is None or keep(pid, pid)):
-                _found(found, pid, pid, data, proc)
+        state, threads, kthread, name, vol, invol, uid = _status_fields(data)
+        if kthread:
+            continue
+        if threads == 1 and state not in (b"Z", b"X"):
+            if state in states and (keep is None or (skip and int(pid) in skip) or keep(pid, pid)):
+                found.append([int(pid), int(pid), name, state.decode(), -1, vol, invol, time.monotonic(), uid])
             continue
         try:
             tfd = os.open(f"{proc}/{pid}/task", _O | os.O_DIRECTORY)
@@ -144,31 +162,15 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
             except OSError:
                 continue
             for tid in tids:
-                try:
-                    fd = os.open(tid + "/stat", _O, dir_fd=tfd)
-                except OSError:
+                data = read_small(tid + "/status", dir_fd=tfd)
+                if data is None:
                     continue
-                try:
-                    data = os.read(fd, 1024)
-                except OSError:
-                    continue
-                finally:
-                    os.close(fd)
-                close = data.rfind(b")")
-                if data[close + 2:close + 3] in states and (keep is None or keep(pid, tid)):
-                    _found(found, pid, tid, data, proc)
+                state, _, _, name, vol, invol, uid = _status_fields(data)
+                if state in states and (keep is None or (skip and int(pid) in skip) or keep(pid, tid)):
+                    found.append([int(pid), int(tid), name, state.decode(), -1, vol, invol, time.monotonic(), uid])
         finally:
             os.close(tfd)
     return found
-
-
-def _found(found: list, pid: str, tid: str, stat: bytes, proc: str = PROC) -> None:
-    parsed = parse_stat(stat)
-    if parsed and not is_kernel_thread(stat):
-        st = parse_status(read_small(f"{proc}/{pid}/task/{tid}/status") or b"")
-        found.append([int(pid), int(tid), parsed[0], parsed[1], parsed[2],
-                      _int(st.get("voluntary_ctxt_switches")), _int(st.get("nonvoluntary_ctxt_switches")),
-                      time.monotonic()])
 
 
 def status_state(st: dict[str, str]) -> str:
@@ -176,29 +178,26 @@ def status_state(st: dict[str, str]) -> str:
     return st.get("State", "?")[:1] or "?"
 
 
-def _scan_by_status(pid: str, proc: str, states: bytes) -> list[list]:
-    out: list[list] = []
-    try:
-        tids = os.listdir(f"{proc}/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        st = parse_status(read_small(f"{proc}/{pid}/task/{tid}/status") or b"")
-        state = status_state(st)
-        if state.encode() in states and st.get("Kthread", "0") != "1":
-            out.append([int(pid), int(tid), st.get("Name", "?"), state, -1,
-                        _int(st.get("voluntary_ctxt_switches")), _int(st.get("nonvoluntary_ctxt_switches")),
-                        time.monotonic()])
-    return out
-
-
 def scan_child(progress, proc: str = PROC, part: int = 0, parts: int = 1,
-               skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
+               skip: frozenset[int] | set[int] = frozenset(), states: str = "D") -> list[list]:
     """Runs in a hang-safe child: scan_pids over every process of /proc (those whose pid
-    modulo `parts` is `part`). A read that stalls leaves the child holding that
-    process's file open: the runner reads it off the child at the deadline."""
+    modulo `parts` is `part`)."""
     pids = [p for p in list_pids(proc) if parts == 1 or int(p) % parts == part]
-    return scan_pids(pids, proc, skip=skip)
+    return scan_pids(pids, proc, states=states.encode(), skip=skip)
+
+
+def start_times(progress, proc: str, tasks: list) -> dict[str, int]:
+    """Runs in a hang-safe child: the start time (clock ticks since boot) of each
+    [pid, tid], from its stat, as {"pid/tid": start}. A stat that stalls (a task in
+    execve with a FUSE flush unanswered) leaves the child holding that file open: the
+    runner reads it off the child at the deadline."""
+    out: dict[str, int] = {}
+    for pid, tid in tasks:
+        data = read_small(f"{proc}/{pid}/task/{tid}/stat", size=1024)
+        parsed = parse_stat(data) if data else None
+        if parsed is not None:
+            out[f"{pid}/{tid}"] = parsed[2]
+    return out
 
 
 def status_sample(pid: int, tid: int, start: int, proc: str = PROC) -> TaskSample | None:

@@ -48,22 +48,51 @@ FAMILIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("beegfs", ("beegfs", "fhgfs")),
     ("cifs", ("cifs", "smb2_", "smb3_")),
     ("ceph", ("ceph",)),
+    ("weka", ("wekafs", "weka_")),
+    ("panfs", ("panfs", "pan_")),
+    ("9p", ("p9_", "v9fs")),
+    ("afs", ("afs_", "rxrpc")),
+    ("orangefs", ("orangefs", "pvfs2")),
+    ("cluster", ("ocfs2", "gfs2", "dlm_")),
     ("fuse", ("fuse_", "request_wait_answer")),
     ("local", ("ext4_", "jbd2", "xfs_", "btrfs_", "blk_", "bio_", "submit_bio", "nvme_", "scsi_",
                "dm_", "md_", "raid")),
 )
 # Filesystems no unprivileged user can mount, even in a user namespace of their own.
-NODE_ONLY = frozenset({"nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph"})
+NODE_ONLY = frozenset({"nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph", "weka", "panfs", "9p", "afs",
+                       "orangefs", "cluster"})
 FSTYPE_FAMILY = {"nfs": "nfs", "nfs4": "nfs", "lustre": "lustre", "gpfs": "gpfs", "beegfs": "beegfs",
-                 "cifs": "cifs", "smb3": "cifs", "ceph": "ceph"}
+                 "cifs": "cifs", "smb3": "cifs", "smbfs": "cifs", "ceph": "ceph", "wekafs": "weka",
+                 "panfs": "panfs", "9p": "9p", "afs": "afs", "orangefs": "orangefs", "pvfs2": "orangefs",
+                 "ocfs2": "cluster", "gfs2": "cluster", "virtiofs": "fuse"}
 LOCAL_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "vfat", "zfs", "jfs", "reiserfs"})
 # A thread queued on a lock: the holder is the one waiting on something, and is
 # diagnosed for itself.
 LOCK_WAITS = ("rwsem_down_", "down_read", "down_write", "__mutex_lock", "mutex_lock", "percpu_down_",
               "__down", "down")
+# VFS functions a thread sleeps in only on a directory's or inode's lock: the lock's
+# own slow path (rwsem_down_*, a __sched function) is left out of /proc/PID/stack and
+# wchan, so an O_CREAT queued on its directory's lock shows `path_openat` on top
+# (open_last_lookups inlined), a getdents queued `iterate_dir`. A filesystem's own wait
+# would show its frames above these.
+VFS_LOCKS = frozenset({"path_openat", "open_last_lookups", "iterate_dir", "filename_create", "lookup_slow",
+                       "__lookup_slow", "walk_component", "do_rmdir", "do_unlinkat", "do_renameat2",
+                       "lock_rename", "lock_two_directories", "d_alloc_parallel", "do_truncate",
+                       "vfs_fileattr_set"})
 # Scheduler frames above the one that says why a thread sleeps.
 SCHED_FRAMES = ("__schedule", "schedule", "schedule_timeout", "schedule_preempt_disabled",
                 "io_schedule", "__switch_to", "__switch_to_asm", "preempt_schedule_common")
+# The frames of a page fault taken inside a system call: the kernel copying from or to
+# a user's buffer (copy_from_user, fault_in_iov_iter_*). What lies above the first of
+# them (toward the top) is the fault's own wait, on the mapping the buffer lives in; a
+# user who maps a file of their own stalled FUSE mount makes any system call wait there,
+# holding what it took below (fault_part).
+FAULT_FRAMES = ("asm_exc_page_fault", "exc_page_fault", "do_user_addr_fault", "handle_mm_fault",
+                "__handle_mm_fault", "handle_page_fault", "do_page_fault", "do_mem_abort",
+                "do_translation_fault", "el0_da", "el1_abort")
+FAULT_IN = ("fault_in_", "copy_from_user", "copy_to_user", "_copy_from_user", "_copy_to_user",
+            "raw_copy_", "rep_movs", "copy_user_", "__get_user", "__put_user", "strncpy_from_user",
+            "filldir")
 SYMLINK_MAX = 40
 _PATH = getattr(os, "O_PATH", 0o10000000) | os.O_CLOEXEC
 
@@ -98,12 +127,23 @@ def families(symbols: list[str]) -> set[str]:
     return out
 
 
+def fault_part(symbols: list[str]) -> list[str] | None:
+    """The frames of a page fault's wait, when the stack shows a page fault taken inside
+    a system call or in the kernel's copy of a user buffer: the frames above the fault's
+    entry (toward the top). None when the stack shows no page fault."""
+    for i, sym in enumerate(symbols):
+        if sym.startswith(FAULT_FRAMES):
+            return symbols[:i]
+    return None
+
+
 def lock_wait(symbols: list[str]) -> bool:
-    """The first frame below the scheduler is a lock's slow path."""
+    """The first frame below the scheduler is a lock's slow path, or a VFS function
+    that sleeps only on a lock (VFS_LOCKS)."""
     for sym in symbols:
         if sym in SCHED_FRAMES or sym.startswith("schedule"):
             continue
-        return sym.startswith(LOCK_WAITS)
+        return sym.startswith(LOCK_WAITS) or sym in VFS_LOCKS
     return False
 
 
@@ -207,7 +247,9 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
     if node_only:
         place.cause = "shared_filesystem"
         place.how.append(f"the kernel stack is in {'/'.join(sorted(node_only))}, which no user can mount")
-        place.mount = next((m for m in found if fstype_family(m) in node_only), place.mount)
+        # The place is a mount of that family, or none: a descriptor on another mount
+        # (a user's own FUSE mount, its source name the user's) is not where it waits.
+        place.mount = next((m for m in found if fstype_family(m) in node_only), None)
         return place
     if not candidates:
         place.cause = "unproven" if fams else "other"
@@ -238,6 +280,13 @@ def attribute(symbols: list[str], candidates: list[tuple[Mount | None, str]], ta
             place.cause = "unproven"
             place.how.append(f"no request waits on the FUSE connection of {m.mountpoint} (fusectl)")
             return place
+    network = [m for m in found if m.is_network and not m.is_fuse]
+    if network and not {fstype_family(m) for m in network} & fams:
+        # A descriptor on a network mount proves nothing by itself: the stack must show
+        # that filesystem's code (read deep enough to see it, procfs.stack).
+        place.cause, place.mount = "unproven", None
+        place.how.append(f"the named mount is {network[0].fstype}, but the kernel stack shows none of its code")
+        return place
     if any(m.is_network for m in found):
         place.cause = "shared_filesystem"
     elif kinds == {"local"} and "local" in fams:
@@ -259,6 +308,39 @@ def _where(fd: int) -> tuple[int | None, int | None] | None:
     filesystem asked); None where the kernel does not give both."""
     ids = procfs.fd_ids(os.getpid(), fd, "/proc")
     return None if None in ids else ids
+
+
+SYS_OPENAT2 = 437            # the same number on every architecture (asm-generic)
+RESOLVE_CACHED = 0x20
+_openat2: list = []          # [the libc syscall function] once looked up, [None] where there is none
+
+
+def _lookup(name: str, dir_fd: int) -> int:
+    """One component, O_PATH|O_NOFOLLOW, from `dir_fd`: first from the dentry cache
+    alone (openat2 with RESOLVE_CACHED: it never takes a directory's lock nor asks a
+    server, so a user holding a directory's lock, or a stalled mount, cannot catch the
+    walk there); a name not cached is looked up for real (os.open), which may wait."""
+    if not _openat2:
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            _openat2.append(libc.syscall)
+        except (OSError, AttributeError):
+            _openat2.append(None)
+    call = _openat2[0]
+    if call is not None:
+        import ctypes
+        how = (ctypes.c_uint64 * 3)(_PATH | os.O_NOFOLLOW, 0, RESOLVE_CACHED)
+        fd = call(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dir_fd), os.fsencode(name), ctypes.byref(how),
+                  ctypes.c_size_t(ctypes.sizeof(how)))
+        if fd >= 0:
+            return int(fd)
+        err = ctypes.get_errno()
+        if err in (38, 22):             # ENOSYS, EINVAL: a kernel without openat2 or RESOLVE_CACHED
+            _openat2[0] = None
+        elif err != 11:                 # EAGAIN: not in the cache; anything else is the answer
+            raise OSError(err, os.strerror(err), name)
+    return os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=dir_fd)
 
 
 def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tuple = (),
@@ -305,7 +387,7 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
             if based:
                 continue
         try:
-            nxt = os.open(name, _PATH | os.O_NOFOLLOW, dir_fd=cur)
+            nxt = _lookup(name, cur)
         except FileNotFoundError:
             return {"mnt_id": _mnt_of(cur), "end": "missing"}
         except OSError as e:
@@ -344,23 +426,30 @@ def walk(progress, pid: int, proc: str, start: str, path: str, stop: list | tupl
 # Families whose waits are a filesystem's: a thread asleep (S) in one of them, while a
 # mount's own probe hangs, may be waiting on that mount (FUSE waits interruptibly once
 # INIT is answered; NFS, Lustre and CephFS often do).
-FS_FAMILIES = frozenset({"fuse", "nfs", "lustre", "gpfs", "beegfs", "cifs", "ceph"})
+FS_FAMILIES = NODE_ONLY | {"fuse"}
 SERVER_WAITS = ("fuse_dev_",)
 
 
-def scan_fs_waits(progress, proc: str = procfs.PROC, skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
-    """Runs in a hang-safe child, only while a mount is suspect: every thread asleep (S)
-    whose wait channel is a filesystem's, as procfs.scan_pids rows. Reading the wait
-    channel of every sleeping thread costs too much for a healthy run; `skip`: the
-    processes whose stat stalls a scan (their wait channel would too)."""
-    def fs_wait(pid, tid) -> bool:
-        wchan = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
-        # A FUSE server waiting for the next request (fuse_dev_do_read) serves the mount;
-        # it does not wait on it.
-        return not wchan.startswith(SERVER_WAITS) and bool(families([wchan]) & FS_FAMILIES)
+def fs_wait(proc: str, pid, tid) -> bool:
+    """The thread's wait channel is a filesystem's. A FUSE server waiting for the next
+    request (fuse_dev_do_read) serves the mount; it does not wait on it."""
+    wchan = (procfs.text(f"{proc}/{pid}/task/{tid}/wchan") or "").strip()
+    return not wchan.startswith(SERVER_WAITS) and bool(families([wchan]) & FS_FAMILIES)
 
+
+def fs_waits(progress, proc: str, rows: list) -> list[list]:
+    """Runs in a hang-safe child: the scan rows (threads asleep) whose wait channel is a
+    filesystem's. One such child per user: a wait channel that does not answer (a task
+    of the user's in execve, its FUSE flush unanswered) stalls only that user's."""
+    return [row for row in rows if fs_wait(proc, row[0], row[1])]
+
+
+def scan_fs_waits(progress, proc: str = procfs.PROC, skip: frozenset[int] | set[int] = frozenset()) -> list[list]:
+    """Every thread asleep (S) whose wait channel is a filesystem's, as procfs.scan_pids
+    rows, but the processes in `skip`, in one process (the check runs the two halves,
+    procfs.scan_child and fs_waits, in children of their own)."""
     pids = [p for p in procfs.list_pids(proc) if not (skip and int(p) in skip)]
-    return procfs.scan_pids(pids, proc, states=b"S", keep=fs_wait)
+    return fs_waits(progress, proc, procfs.scan_pids(pids, proc, states=b"S"))
 
 
 def hung_at(step: str) -> int | None:
