@@ -11,6 +11,7 @@ is what a change of code costs every node on every interval.
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,7 +55,8 @@ def main() -> None:
                 if i >= 2:
                     times[binary].append(t)
                     cpu[binary].append(c)
-        shm.rmdir()
+        # The probes' own directory (.slurm-hooks) stays in what they probed.
+        shutil.rmtree(shm)
     ma, mb = statistics.median(times[a]), statistics.median(times[b])
     print(f"A {a}: median {ma:.1f} ms (min {min(times[a]):.1f})")
     print(f"B {b}: median {mb:.1f} ms (min {min(times[b]):.1f})")

@@ -162,8 +162,13 @@ def scan_pids(pids: list[str], proc: str = PROC, states: bytes = b"D",
             except OSError:
                 continue
             for tid in tids:
-                data = read_small(tid + "/status", dir_fd=tfd)
+                data = read_small(tid + "/status", dir_fd=tfd, size=4096)
                 if data is None:
+                    continue
+                # The state alone first: most threads are not in it, and the rest of
+                # the fields are parsed only for those that are.
+                i = data.find(b"\nState:\t")
+                if i < 0 or not data[i + 8:i + 9] or data[i + 8:i + 9] not in states:
                     continue
                 state, _, _, name, vol, invol, uid = _status_fields(data)
                 if state in states and (keep is None or (skip and int(pid) in skip) or keep(pid, tid)):
