@@ -296,22 +296,31 @@ def test_a_namespace_of_100k_mounts_and_many_stuck_tasks_keep_the_run_bounded(us
          and int(x) != p.pid and state_of(int(x)) == "D"]), 30, what="40 tasks in D")
     config = configure(tmp_path)
     diagnosed: set[int] = set()
-    for _ in range(6):
+    walked = False
+    for _ in range(8):
         rec, took = healthcheck(config)
         assert took < 30, f"one run took {took:.1f}s"
-        now = {f["evidence"]["pid"] for f in rec["findings"]
-               if f["status"].startswith("stuck") and f["evidence"].get("pid") in stuck_pids}
+        found = [f for f in rec["findings"]
+                 if f["status"].startswith("stuck") and f["evidence"].get("pid") in stuck_pids]
+        now = {f["evidence"]["pid"] for f in found}
         # At most 16 processes diagnosed per run; the rest are named in the next runs.
         assert len(now) <= 16
-        diagnosed |= now
-        if now:
+        if now and len(diagnosed | now) < len(stuck_pids):
             assert any("diagnosed in the next runs" in n for n in rec["notes"]), rec["notes"]
-            f = next(f for f in rec["findings"] if f["evidence"].get("pid") in now)
-            assert any("mounts: too many to walk" in h or "holds" in h for h in f["evidence"]["attribution"]), \
-                f["evidence"]["attribution"]
+        diagnosed |= now
+        # The first opener waits in the mount's LOOKUP; the other 39 queue behind it on the
+        # directory's lookup lock, and a lock waiter is never walked. Either way the huge
+        # mount table is never walked in full: each finding says which of the two it is.
+        for f in found:
+            hows = f["evidence"]["attribution"]
+            assert any("mounts: too many to walk" in h or "holds" in h or h.startswith("queued on a lock")
+                       for h in hows), hows
+            walked |= any("mounts: too many to walk" in h or "holds" in h for h in hows)
+        if walked:
             break
         time.sleep(0.3)
     assert diagnosed, "the stuck tasks were diagnosed"
+    assert walked, "the task waiting in the mount itself was diagnosed within a few runs"
     # The sightings kept between runs are bounded, whatever the number of D threads.
     saved = json.loads((tmp_path / "state" / "n1" / "stuck-tasks.json").read_text())
     assert len(saved) <= 256
