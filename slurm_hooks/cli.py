@@ -407,9 +407,12 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
     if path is None:
         from .checks._config import default_config
         text = "no configuration file given or found; the built-in defaults are in use"
-        plan = probe_plan(default_config())
-        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text, "plan": plan})
-              if as_json else "\n".join([text, *render_plan(plan)]))
+        cfg = default_config()
+        plan = probe_plan(cfg)
+        clock = _requeue_clock(cfg)
+        print(json.dumps({"file": None, "ok": True, "problems": [], "warnings": [], "note": text, "plan": plan,
+                          "requeue_clock": clock})
+              if as_json else "\n".join([text, *render_plan(plan), *clock]))
         return EXIT_OK
     try:
         cfg = load_config(path, cache_dir=None, mount_kind=_mount_kind)  # the file as it is now, not a cached copy
@@ -421,9 +424,10 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
     warnings = probe_warnings(path)
     ok = not (strict and warnings)
     plan = probe_plan(cfg)
+    clock = _requeue_clock(cfg)
     if as_json:
         print(json.dumps({"file": path, "ok": ok, "problems": warnings if strict else [],
-                          "warnings": [] if strict else warnings, "plan": plan}, indent=2))
+                          "warnings": [] if strict else warnings, "plan": plan, "requeue_clock": clock}, indent=2))
     else:
         label = "error" if strict else "warning"
         for w in warnings:
@@ -432,7 +436,23 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
               if ok else f"{path}: {len(warnings)} error{'s' * (len(warnings) != 1)} (--strict)")
         # What this node's runs will probe, and why: seen before the first drain.
         print("\n".join(render_plan(plan)))
+        print("\n".join(clock))
     return EXIT_OK if ok else EXIT_USAGE
+
+
+def _requeue_clock(cfg) -> list[str]:
+    """How soon a requeued job whose task cannot die runs again on this cluster, from
+    slurm.conf (read in a hang-safe child) and `scontrol --version` (no RPC)."""
+    from .host.runner import Runner
+    from .slurm.api import SlurmError
+    from .slurm.conffile import read_settings
+    from .slurm.scontrol import Slurm
+    from .views.requeueclock import lines
+    try:
+        version = Slurm(cfg.slurm).version()
+    except SlurmError:
+        version = ""
+    return lines(read_settings(cfg.slurm.conf, Runner()), version, cfg)
 
 
 def _one_shot() -> None:

@@ -298,9 +298,13 @@ def test_job_actions_are_taken_once_per_incident(tmp_path):
     assert outcomes(first) == [("drain", "done", ""), ("comment", "done", ""), ("requeue", "done", "")]
     slurm.start_job(job)                              # Slurm starts it again; the task is still stuck
     second = actuate(cfg, state, slurm, [stuck(job)])
+    # The requeued job is followed until it leaves Slurm's hold: running again, nothing to do.
     assert [(k, c) for k, _, c in outcomes(second)] == \
-        [("drain", "already_drained"), ("comment", "already_done"), ("requeue", "already_done")]
+        [("drain", "already_drained"), ("comment", "already_done"), ("requeue", "already_done"),
+         ("start", "not_waiting")]
     assert (slurm.calls["requeue"], slurm.calls["set_admin_comment"]) == (1, 1)
+    third = actuate(cfg, state, slurm, [stuck(job)])
+    assert [k for k, _, _ in outcomes(third)] == ["drain", "comment", "requeue"]
     assert slurm.show_job(job)["Restarts"] == "1"
 
 

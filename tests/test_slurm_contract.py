@@ -36,6 +36,8 @@ NODE_KEYS = ("NodeName", "State", "Reason")
 JOB_KEYS = ("JobId", "ArrayJobId", "ArrayTaskId", "UserId", "JobState", "NodeList", "NumNodes",
             "Requeue", "BatchFlag", "Restarts", "AdminComment")
 # Job states on their way somewhere: a real job passes them in a moment, the fake's never.
+# The test cluster's AuthInfo=cred_expire: Slurm's requeue hold.
+HOLD = 10
 PASSING = ("COMPLETING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT")
 
 
@@ -128,6 +130,15 @@ class Real(Side):
         self.seen += ids
         return job
 
+    def submit_later(self, node: str, seconds: int) -> str:
+        """A job its user asked to begin `seconds` from now: pending until then."""
+        job = self._sbatch("-N1", "-w", node, f"--begin=now+{seconds}")
+        if self.base is None:
+            self.base = int(job)
+        self.cluster.wait_for(lambda: self.cluster.job_state(job) == "PENDING", 30, what=f"job {job} pending")
+        self.seen.append(job)
+        return job
+
     def srun(self, node: str) -> str:
         from test_security import readable_by_users
         conf = readable_by_users(self.cluster)
@@ -213,6 +224,13 @@ class Fake(Side):
             self.seen.append(job)
         return str(first)
 
+    def submit_later(self, node: str, seconds: int) -> str:
+        import time
+        job = self.slurm.add_job(node, user=self.user.name, uid=self.user.uid, state="PENDING",
+                                 begin=time.time() + seconds)
+        self.seen.append(job)
+        return job
+
     def _pids(self, n: int) -> tuple:
         self._pid = getattr(self, "_pid", 100) + n
         return tuple(range(self._pid - n, self._pid))
@@ -265,7 +283,8 @@ def sides(clean_cluster, user):
     """(the real backend, the fake), each wrapped for the cases."""
     cluster = clean_cluster
     real = Real(open_backend(SlurmConfig(**cluster.hooks_slurm(timeout=15))), cluster, user)
-    fake = Fake(FakeSlurm(cluster.nodes, version=cluster.version, cpus=cluster.cpus, backend=real.slurm.name), user)
+    fake = Fake(FakeSlurm(cluster.nodes, version=cluster.version, cpus=cluster.cpus, backend=real.slurm.name,
+                          requeue_hold=HOLD), user)
     # Where the cluster stands: Slurm 25.11 keeps the last reason of a node in service.
     fake.slurm.seed(real.slurm.list_nodes())
     yield real, fake
@@ -387,6 +406,47 @@ def jobs_on_a_node(s: Side) -> list:
 
 def test_admin_comment_requeue_and_cancel(sides):
     agree(sides, jobs_on_a_node)
+
+
+def hold_of(s: Side, job: str) -> dict | None:
+    """job_hold's record, its times as what decisions read of them: the begin time's
+    distance from the submit time (Slurm's hold, or the user's), and whether it is past."""
+    import time
+
+    from slurm_hooks.act.actions import _local
+    info = s.slurm.job_hold(job)
+    if info is None:
+        return None
+    eligible, submit = _local(info["EligibleTime"]), _local(info["SubmitTime"])
+    out = {k: info[k] for k in ("JobState", "Reason", "UserId")} | {"JobId": s.job_id(info["JobId"])}
+    if out["JobState"] == "PENDING":
+        out["hold"] = None if eligible is None or submit is None else round(eligible - submit)
+    out["begun"] = eligible is not None and eligible <= time.time() + 1
+    return out
+
+
+def requeue_holds(s: Side) -> list:
+    out = []
+    job = s.submit("n1")
+    later = s.submit_later("n2", 3600)
+    ids = lambda jobs: sorted(s.job_id(j["JobId"]) for j in jobs)  # noqa: E731
+    out.append(("on n1", ids(s.slurm.jobs_on("n1")), "on n2", ids(s.slurm.jobs_on("n2")),
+                "on n3", ids(s.slurm.jobs_on("n3"))))
+    out.append(("running", hold_of(s, job), "user's begin", hold_of(s, later)))
+    s.slurm.requeue(job)
+    s.settle()
+    # Slurm's hold: cred_expire + 1 after the submit time it reset as the job left COMPLETING.
+    out.append(("requeued", hold_of(s, job), ids(s.slurm.jobs_on("n1"))))
+    out.append(("start running", s.tried(s.slurm.start_now, "999999"), s.slurm.job_hold("999999")))
+    s.slurm.start_now(later)
+    out.append(("started", {k: v for k, v in (hold_of(s, later) or {}).items() if k in ("JobId", "begun")}))
+    s.slurm.cancel(later)
+    s.settle()
+    return out
+
+
+def test_requeue_hold_jobs_on_a_node_and_start_now(sides):
+    agree(sides, requeue_holds)
 
 
 def array_elements(s: Side) -> list:
@@ -572,7 +632,7 @@ def test_listpids_names_the_job_step_and_task(sides):
 
 
 RPC_CALLS = ("show_node", "node_state", "list_nodes", "list_nodes_alone", "show_job", "list_jobs", "listpids",
-             "drain", "set_node_comment", "undrain", "set_admin_comment")
+             "drain", "set_node_comment", "undrain", "set_admin_comment", "jobs_on", "job_hold", "start_now")
 
 
 def test_the_rpcs_each_call_costs_slurmctld(sides):
@@ -583,8 +643,10 @@ def test_the_rpcs_each_call_costs_slurmctld(sides):
 
     def call(side, op):
         fn = getattr(side.slurm, op)
-        if op in ("show_job", "set_admin_comment"):
+        if op in ("show_job", "set_admin_comment", "job_hold"):
             return fn(jobs[side], *(("x",) if op == "set_admin_comment" else ()))
+        if op == "start_now":
+            return side.tried(fn, jobs[side])          # refused (running): one RPC all the same
         if op in ("list_nodes", "list_nodes_alone", "list_jobs"):
             return fn()
         return fn(*args.get(op, ("n1",)))

@@ -59,6 +59,9 @@ TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
             "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
 # What a requeue or cancel ended as when the job really ended (or was already gone).
 ENDED_CODES = frozenset({Code.NONE, Code.CANCELLED_INSTEAD, Code.JOB_ENDED, Code.JOB_QUEUED})
+# Skipped for now, asked again by the next run: not yet the moment (the ledger keeps no
+# entry for them).
+WAITING = frozenset({Code.JOB_RUNNING, Code.OTHER_JOBS, Code.COMPLETING})
 
 
 def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
@@ -95,7 +98,7 @@ def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_
         except SlurmError as e:
             result = ActionResult(action, FAILED, f"{getattr(slurm, 'name', 'scontrol')} refused: {e}",
                                   code=Code.REFUSED)
-        if result.outcome in (DONE, SKIPPED) and result.code != Code.JOB_RUNNING:
+        if result.outcome in (DONE, SKIPPED) and result.code not in WAITING:
             now = time.time()
             for k in action.keys:
                 ledger[k] = {"done": now, "seen": now}
@@ -212,6 +215,10 @@ def _resume(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if any(s in foreign for s in REBOOT_STATES):
         return ActionResult(action, SKIPPED, f"a reboot is pending ({_state(info)}); the node comes back "
                             "after it, once a health check passes", code=Code.REBOOT_PENDING)
+    if action.down_ours and foreign == ["DOWN"] and "NOT_RESPONDING" not in node_flags(info):
+        # DOWN by our own release (our record says so, the reason is ours): RESUME.
+        slurm.release(action.node, "RESUME", without_our_cause(info.get(CAUSE_FIELD, "")))
+        return ActionResult(action, DONE, "back in service: DOWN by slurm-hooks' release, the health check passed")
     if foreign:
         return ActionResult(action, SKIPPED, f"node is {_state(info)}, not by slurm-hooks: our drain is "
                             "left in place, report only", code=Code.FOREIGN_STATE)
@@ -427,7 +434,8 @@ def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     """Let Slurm go of a node it holds COMPLETING for a task it could not kill, with
     our reboot pending: slurmctld ends a DOWN node's jobs and issues the reboot. Only
     while exactly that holds: our reason (or Slurm's `Kill task failed` over it), the
-    reboot requested and not yet issued, the node COMPLETING."""
+    reboot requested and not yet issued, the node COMPLETING, and no job on it but the
+    ones being ended (DOWN would end any other with them)."""
     info, current = _node(action, slurm)
     if info is None:
         return current
@@ -436,11 +444,125 @@ def _down(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if not (ours and "REBOOT_REQUESTED" in flags and "COMPLETING" in flags and "DOWN" not in flags):
         return ActionResult(action, SKIPPED, f"no longer held for our reboot ({_state(info)}, reason: "
                             f"{current or 'none'}): left as it is", code=Code.NOT_HELD)
+    others = [j for j in slurm.jobs_on(action.node) if j.get("JobState") != "COMPLETING"]
+    if others:
+        return ActionResult(action, SKIPPED, f"not set DOWN: {_jobs_words(others)} on {action.node} "
+                            "(DOWN would end it too); the reboot waits for it", code=Code.OTHER_JOBS)
     slurm.set_down(action.node, action.reason)
     return ActionResult(action, DONE, "set DOWN: Slurm held the node COMPLETING for a task it could not "
                         "kill, with our reboot pending; it lets go of the step and reboots the node",
                         code=Code.RELEASED)
 
 
+def _jobs_words(jobs: list[dict]) -> str:
+    ids = [f"{j.get('JobId')} ({j.get('JobState', '?')})" for j in jobs[:3]]
+    more = f" and {len(jobs) - 3} more" if len(jobs) > 3 else ""
+    return ("job " if len(jobs) == 1 else "jobs ") + ", ".join(ids) + more + (" runs" if len(jobs) == 1 else " run")
+
+
+def _same_job(info: dict, job: str) -> bool:
+    """Whether a record of Slurm's is `job` (a JobId, or an element ArrayJobId_TaskId)."""
+    return info.get("JobId") == job or job_address(info, info.get("JobId", "")) == job
+
+
+def _release(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    """Set the node DOWN so that Slurm lets go of the job we ended, whose task here
+    cannot die (decide/policy.py: _releases): Slurm 25.11.6+ holds it COMPLETING for as
+    long as the task lives. Only while the job is the only one Slurm has on the node
+    (DOWN ends every job of a node), the node still drained by us (our reason, or
+    Slurm's `Kill task failed` over it), in no state another set. The job's
+    AdminComment says what became of it."""
+    info, current = _node(action, slurm)
+    if info is None:
+        return current
+    flags = node_flags(info)
+    ours = is_ours(current, prefix) or is_generic(current, action.replaces)
+    foreign = [f for f in foreign_states(info) if f != "REBOOT_REQUESTED"]
+    if not ours or foreign:
+        return ActionResult(action, SKIPPED, f"not set DOWN: the node is {_state(info)} (reason: "
+                            f"{current or 'none'}), not held by slurm-hooks' drain", code=Code.NOT_OURS)
+    jobs = slurm.jobs_on(action.node)
+    job = action.job or ""
+    others = [j for j in jobs if not _same_job(j, job)]
+    mine = [j for j in jobs if _same_job(j, job)]
+    if others:
+        _tell(slurm, job, f"{prefix} COMPLETING: a task on {action.node} cannot die; {action.node} not set DOWN "
+                          f"({_jobs_words(others)} there): Slurm keeps the job until it dies")
+        return ActionResult(action, SKIPPED, f"not set DOWN: {_jobs_words(others)} on {action.node} too (DOWN "
+                            f"would end it); job {job} waits as Slurm makes it", code=Code.OTHER_JOBS)
+    if not mine or "COMPLETING" not in flags and all(j.get("JobState") != "COMPLETING" for j in mine):
+        return ActionResult(action, SKIPPED, f"Slurm holds {action.node} for job {job} no more "
+                            f"({_state(info)}): nothing to let go", code=Code.NOT_HELD)
+    slurm.set_down(action.node, action.reason)
+    _tell(slurm, job, f"{prefix} node {action.node} set DOWN: a task of the job on it cannot die, and Slurm "
+                      "held the job COMPLETING for it")
+    return ActionResult(action, DONE, f"set DOWN: job {job} was the only one on {action.node}, held COMPLETING "
+                        "by a task that cannot die; Slurm lets it go", code=Code.RELEASED)
+
+
+def _tell(slurm: SlurmBackend, job: str, note: str) -> None:
+    """Add `note` to the job's AdminComment once (a later run finds it there), where
+    Slurm still takes it: a word on the job never stops the action it is about."""
+    try:
+        info = slurm.show_job(job)
+        if info is not None and note not in admin_comment(info):
+            append_admin_comment(slurm, job_address(info, job), info, one_line(note))
+    except SlurmUnavailable:
+        raise
+    except SlurmError:
+        pass
+
+
+def _local(stamp: str) -> float | None:
+    """Slurm's ISO time (local, as squeue prints it) as seconds, None for none."""
+    try:
+        return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+
+
+def _start(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
+    """Follow a job we requeued until it leaves Slurm's requeue hold: while COMPLETING,
+    say so (a later run asks again); once PENDING with Reason=BeginTime and a begin time
+    that is Slurm's hold (its submit time, which Slurm resets as the job leaves
+    COMPLETING, + one of `action.holds` (+1 s)), end the hold, or with
+    `fallback="tell"` (actions.restart_now off) say on the job until when it holds. A
+    begin time its user set is never touched."""
+    job = action.job or ""
+    hold = slurm.job_hold(job)
+    if hold is None:
+        return ActionResult(action, SKIPPED, f"Slurm knows job {job} no more", code=Code.NOT_WAITING)
+    state, reason = hold.get("JobState", ""), hold.get("Reason", "")
+    if state == "COMPLETING":
+        return ActionResult(action, SKIPPED, f"COMPLETING: a task on {action.node} cannot die; Slurm holds the job "
+                            "until it does (or the node is DOWN)", code=Code.COMPLETING)
+    eligible, submit = _local(hold.get("EligibleTime", "")), _local(hold.get("SubmitTime", ""))
+    later = state == "PENDING" and eligible is not None and eligible > time.time()
+    if state == "PENDING" and not later and reason == "None":
+        # Just let go (its node set DOWN): the scheduler has not looked at it yet, and
+        # Slurm may still set its hold.
+        return ActionResult(action, SKIPPED, f"job {job} is PENDING, not yet looked at by the scheduler",
+                            code=Code.COMPLETING)
+    if not later:
+        return ActionResult(action, SKIPPED, f"job {job} is {state} (reason: {reason or 'none'}): no hold of "
+                            "Slurm's to end", code=Code.NOT_WAITING)
+    until = hold.get("EligibleTime", "?").partition("T")[2] or "?"
+    holds = {float(h) + d for h in action.holds for d in (0, 1)}
+    if eligible is None or submit is None or eligible - submit not in holds:
+        return ActionResult(action, SKIPPED, f"begin time {hold.get('EligibleTime')} is not Slurm's requeue hold "
+                            f"(submit time {hold.get('SubmitTime')} + {'/'.join(str(h) for h in action.holds)} s "
+                            "+1): its user's, never started early", code=Code.USERS_BEGIN)
+    if action.fallback == "tell":
+        _tell(slurm, job, f"{prefix} requeued job waits in Slurm's requeue hold until {until}")
+        return ActionResult(action, SKIPPED, f"hold until {until}: Slurm's requeue hold, left to run "
+                            "(actions.restart_now is off)", code=Code.HOLD_KEPT)
+    slurm.start_now(job)
+    _tell(slurm, job, f"{prefix} start asked at {time.strftime('%H:%M:%S')}: Slurm's requeue hold until {until} "
+                      "ended (actions.restart_now)")
+    return ActionResult(action, DONE, f"StartTime=now: Slurm's requeue hold until {until} ended",
+                        code=Code.START_ASKED)
+
+
 _HANDLERS = {"drain": _drain, "resume": _resume, "comment": _comment, "requeue": _requeue,
-             "cancel": _cancel, "reboot": _reboot, "cancel_reboot": _cancel_reboot, "down": _down}
+             "cancel": _cancel, "reboot": _reboot, "cancel_reboot": _cancel_reboot, "down": _down,
+             "release": _release, "start": _start}

@@ -97,12 +97,16 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     actions = policy.decide(findings, node, cfg.reason_prefix, cfg.actions, ledger, cfg.stuck_tasks.grace)
     if run.acts_by_exit:
         return _prolog_actions(actions, state, dry_run, report_only)
+    if run.tends_node:
+        actions += _follow_requeues(cfg, node, ledger, state, now)
     if run.tends_node and _may_recover(actions, findings):
         actions = mounts.recoveries(actions, findings, live, ledger, mount_steps.recoverable(cfg), new_counts,
                                     bool(drain))
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [run.generic_reason, hook_failure.get("replaces", "")]))
+        elif a.kind == "release":
+            a.replaces = run.generic_reason       # Slurm's `Kill task failed` over our reason
     if hook_failure and not any(a.kind == "drain" for a in actions):
         actions.insert(0, Action("drain", node=node, reason=hook_failure.get("reason", ""),
                                  replaces=hook_failure.get("replaces", ""), replace_only=True,
@@ -188,6 +192,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if waiting_now or spooled:
             state.save(SPOOL, waiting_now)
         drain = drain_record(drain, results, findings, node, mounts.resumable(findings, live))
+        if drain and any(r.action.kind == "release" and r.outcome == Outcome.DONE for r in results):
+            drain = dict(drain, released=True)      # DOWN by us: RESUMEd when it comes back
         if hook_failure and any(r.action.kind == "drain" and r.outcome in (Outcome.DONE, Outcome.SKIPPED)
                                 for r in results):
             state.delete("hook-failure")      # the precise reason is in place (or moot)
@@ -210,6 +216,20 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if state.exists(OLD_SUSPECTS):
             state.delete(OLD_SUSPECTS)
     return results
+
+
+def _follow_requeues(cfg: Config, node: str, ledger: dict, state: StateStore, now: float) -> list:
+    """The jobs this node requeued, followed until they leave Slurm's requeue hold
+    (decide/policy.py: follow_requeues): each `start` carries the hold's lengths from
+    slurm.conf, and ends the hold only where `actions.restart_now` says so."""
+    from ..decide.policy import follow_requeues
+    from .mounts import slurm_config
+    follows = follow_requeues(ledger, node, now) if ledger else []
+    if follows:
+        holds = tuple(slurm_config(cfg, state).get("requeue_holds") or ())
+        for a in follows:
+            a.holds, a.fallback = holds, "" if cfg.actions.restart_now else "tell"
+    return follows
 
 
 def _incidents(cfg: Config, run, doc: dict, seen: list, now: float) -> tuple[list, list]:

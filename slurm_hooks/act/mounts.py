@@ -45,15 +45,24 @@ def interval(cfg: Config, state: StateStore) -> float:
     else DEFAULT_INTERVAL."""
     if cfg.outage.interval:
         return float(cfg.outage.interval)
+    value = slurm_config(cfg, state).get("health_check_interval")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_INTERVAL
+
+
+def slurm_config(cfg: Config, state: StateStore) -> dict:
+    """What slurm.conf says that slurm-hooks waits by (slurm/conffile.py: no RPC), read
+    once a day and kept in state: health_check_interval (None: unreadable) and
+    requeue_holds (the lengths of Slurm's requeue hold)."""
     saved = state.load(SLURM_CONFIG)
     now = time.time()
-    if now - float(saved.get("at") or 0) >= SLURM_CONFIG_KEEP:
+    if now - float(saved.get("at") or 0) >= SLURM_CONFIG_KEEP or "requeue_holds" not in saved:
         from ..host.runner import Runner
-        from ..slurm.conffile import health_check_interval
-        saved = {"at": now, "health_check_interval": health_check_interval(cfg.slurm.conf, Runner(state))}
+        from ..slurm.conffile import CRED_EXPIRE, interval_of, read_settings, requeue_holds
+        found = read_settings(cfg.slurm.conf, Runner(state))
+        saved = {"at": now, "health_check_interval": None if found is None else interval_of(found),
+                 "requeue_holds": [CRED_EXPIRE] if found is None else requeue_holds(found)}
         state.save(SLURM_CONFIG, saved)
-    value = saved.get("health_check_interval")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else DEFAULT_INTERVAL
+    return saved
 
 
 def fresh_for(every: float) -> float:
@@ -188,7 +197,8 @@ def recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, led
         follow = [Action("comment", node=node, job=j, text=note, incident=told, ran_here=True)
                   for j in r.jobs]
         if done.recovered:
-            follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", ""))))
+            follow.insert(0, Action("resume", node=node, reason=str(drain.get("reason", "")),
+                                    down_ours=bool(drain.get("released"))))
         out += execute(follow, slurm, cfg.reason_prefix, dry_run, ledger)
     return out
 

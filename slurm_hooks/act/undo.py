@@ -37,7 +37,9 @@ def undo(slurm: SlurmBackend, nodes: list[str], prefix: str, dry_run: bool = Fal
         comment = info.get(CAUSE_FIELD, "")
         out_of_service = node_is_drained(info) or "DOWN" in info.get("State", "")
         if out_of_service and is_ours(info.get("Reason", ""), prefix):
-            [result] = execute([Action("resume", node=node)], slurm, prefix, dry_run=dry_run)
+            # DOWN with our reason and no reboot behind it: DOWN by our own release
+            # (act/actions.py _release), the admin's word brings it back.
+            [result] = execute([Action("resume", node=node, down_ours=True)], slurm, prefix, dry_run=dry_run)
             word = result.outcome.value if result.outcome.value != "done" else "resumed"
             lines.append(f"{node}: {word}" + (f" ({result.message})" if result.message else ""))
             ok = ok and result.outcome.value in ("done", "dry-run", "skipped")

@@ -228,6 +228,23 @@ class ActionsConfig:
                                    "COMPLETING for as long as the task lives; 22.05 lets go by itself "
                                    "after UnkillableStepTimeout. Keep it above UnkillableStepTimeout "
                                    "(Slurm's default 60 s), so Slurm has given up first.")
+    release_node: bool = setting(True, kind="bool",
+                                 doc="After slurm-hooks requeued a job whose task on this node cannot "
+                                 "die (killed, still in D, on a place the node owns), set the node DOWN "
+                                 "with slurm-hooks' reason when that job is the only one Slurm has on it "
+                                 "(running, completing or suspended), so that Slurm lets the job go: "
+                                 "Slurm 25.11.6 and later hold such a job COMPLETING for as long as the "
+                                 "task lives. Never with another job on the node, never in the storage's "
+                                 "outage. The node comes back as after any drain of slurm-hooks' (its "
+                                 "reboot, or its mount's recovery).")
+    restart_now: bool = setting(False, kind="bool",
+                                doc="Once a job slurm-hooks requeued has left COMPLETING and waits in "
+                                "Slurm's requeue hold (Reason=BeginTime: cred_expire, or "
+                                "SchedulerParameters=requeue_delay from 25.11), end the hold at once "
+                                "(`scontrol update jobid=J StartTime=now`): one RPC, once per requeue, "
+                                "never for a begin time the job's user set. Slurm's hold is there so the "
+                                "old run's credential expires and its I/O is cleared before a new one "
+                                "starts; a job whose old run still writes on a node it left may want it.")
     report_only: bool = setting(False, kind="bool",
                                 doc="The one switch that turns every action off: no drain, comment, "
                                 "requeue, cancel, reboot or resume; the prolog and epilog always exit "

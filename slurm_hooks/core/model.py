@@ -115,13 +115,13 @@ class Recovery:
 
 @dataclass
 class Action:
-    kind: str                  # drain, resume, reboot, cancel_reboot, down (a node); comment, requeue (a job)
+    kind: str                  # drain, resume, reboot, cancel_reboot, down, release (a node); comment, requeue, start (a job)
     node: str = ""
     reason: str = ""           # node reason (drain, reboot)
     job: str | None = None
     text: str = ""             # comment text; for requeue, the diagnosis to record
     incident: str | None = None  # actions on the same incident are taken once
-    fallback: str = ""         # requeue: what to do with a job that cannot be requeued
+    fallback: str = ""         # requeue: what to do with a job that cannot be requeued; start: "tell" (hold told, not ended)
     replaces: str = ""         # drain: a generic reason of Slurm's ("Prolog error") ours may replace
     replace_only: bool = False # drain: only put our reason in place of such a generic one
     uid: int | None = None     # job actions: the uid of the diagnosed task; Slurm must agree
@@ -130,6 +130,11 @@ class Action:
     recovery: Recovery | None = None  # recover: the mount, its method and what it must free
     ran_here: bool = False     # comment: about a job that ran here and was requeued since
     cause: str = ""            # drain: the machine-readable cause for the node's Comment
+    # resume: the node is DOWN by our own release (act/actions.py _release): RESUME it.
+    down_ours: bool = False
+    # start: the lengths of Slurm's requeue hold on this cluster (s): a begin time that
+    # far after the job's (re)submit time is Slurm's hold, any other its user's.
+    holds: tuple = ()
 
     @property
     def keys(self) -> list[str]:
@@ -146,6 +151,8 @@ class Action:
             return f"recover {self.recovery.mountpoint} on node {self.node} ({self.recovery.method})"
         if self.kind == "comment":
             return f"record on job {self.job}: {self.text}"
+        if self.kind == "release":
+            return f"release node {self.node} (DOWN) for job {self.job}"
         return f"{self.kind} job {self.job}"
 
 

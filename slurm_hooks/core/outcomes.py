@@ -51,7 +51,13 @@ class Code(str, Enum):
     AFTER_REBOOT = "after_reboot"          # resumed after our own reboot
     REBOOT_PENDING = "reboot_pending"
     RELEASED = "released"                  # down: set DOWN so Slurm lets go of an unkillable step
-    NOT_HELD = "not_held"                  # down: no longer COMPLETING with our reboot pending
+    NOT_HELD = "not_held"                  # down, release: Slurm holds the node for the job no more
+    OTHER_JOBS = "other_jobs"              # down, release: another job is on the node: never set DOWN
+    COMPLETING = "completing"              # start: the requeued job is still COMPLETING (a task cannot die)
+    START_ASKED = "start_asked"            # start: Slurm's requeue hold lifted (StartTime=now)
+    HOLD_KEPT = "hold_kept"                # start: Slurm's requeue hold left to run (actions.restart_now off)
+    USERS_BEGIN = "users_begin"            # start: the begin time is its user's: never started early
+    NOT_WAITING = "not_waiting"            # start: the job runs again, ended, or waits for something else
     NOT_ON_NODE = "not_on_node"            # Slurm says the job does not run here
     UID_MISMATCH = "uid_mismatch"          # Slurm says the job is another user's
     COMMENT_PRESENT = "comment_present"    # the AdminComment already holds the diagnosis

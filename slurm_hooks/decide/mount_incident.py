@@ -359,7 +359,7 @@ def govern(actions: list[Action], findings: list[Finding], incidents: list[Incid
     held: list[tuple[Action, str, str]] = []
     told: set[str] = set()
     for a in actions:
-        if a.kind in ("drain", "resume") or a.job_only:
+        if a.kind in ("drain", "resume", "start") or a.job_only:
             kept.append(a)
             continue
         if a.kind == "recover" and a.recovery is not None and a.recovery.dead:
@@ -370,7 +370,7 @@ def govern(actions: list[Action], findings: list[Finding], incidents: list[Incid
             r = a.recovery
             places = [x for x in incidents if x.mountpoint == r.mountpoint or (x.dev and x.dev == r.dev)][:1] or places
         known = [i for i in places if i is not None]
-        if not known or (a.kind in ("reboot", "recover") and len(known) < len(places)):
+        if not known or (a.kind in ("reboot", "recover", "release") and len(known) < len(places)):
             kept.append(a)        # about no mount in trouble (or a reboot for a node-local cause too)
             continue
         if any(i.scope == UNKNOWN for i in known):
@@ -379,7 +379,7 @@ def govern(actions: list[Action], findings: list[Finding], incidents: list[Incid
                             f"{first.source}, or {_left(first, now)} alone with it)", "scope_unknown"))
             continue
         shared = [i for i in known if i.scope in (OUTAGE, RESTART)]
-        if a.kind in ("reboot", "recover") and len(shared) == len(known):
+        if a.kind in ("reboot", "recover", "release") and len(shared) == len(known):
             held.append((a, f"{shared[0].line()}: no {_noun(a)} of {node} for it (its tasks go on when the "
                             "storage answers)", "outage"))
             continue
@@ -410,7 +410,7 @@ def govern(actions: list[Action], findings: list[Finding], incidents: list[Incid
 
 def _noun(a: Action) -> str:
     return {"reboot": "reboot", "recover": "recovery", "requeue": "requeue", "cancel": "cancel",
-            "comment": "record on the job"}.get(a.kind, a.kind)
+            "comment": "record on the job", "release": "DOWN"}.get(a.kind, a.kind)
 
 
 def _left(i: Incident, now: float) -> str:

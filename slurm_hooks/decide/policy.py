@@ -71,7 +71,54 @@ def decide(findings: list[Finding], node: str, prefix: str, actions_cfg,
         for f in waiting[:1]:
             out.append(Action("reboot", node=node, reason=reason, incident=f.incident or f.target,
                               after_job=f.job))
+    if actions_cfg.release_node:
+        # After the reboot asked (if any): a DOWN node with a reboot pending is rebooted
+        # by Slurm at once.
+        out += _releases(failing, node, reason, ledger)
     return out
+
+
+def _releases(failing: list[Finding], node: str, reason: str, ledger: dict) -> list[Action]:
+    """Let Slurm go of a job we ended whose task here cannot die: killed and still in D
+    (SIGKILL pending), on a place the node owns (a failing stuck task: the kernel's ids
+    proved it), the job really ended by us (requeued or cancelled). Slurm 25.11.6+
+    holds such a job COMPLETING for as long as the task lives; a DOWN node's jobs it
+    lets go. Whether the job is alone on the node is Slurm's word, asked when the
+    action is carried out (act/actions.py)."""
+    out: list[Action] = []
+    seen: set[str] = set()
+    for f in failing:
+        if f.job is None or f.keep_job or not f.needs_reboot or not f.evidence.get("sigkill_pending") \
+                or f.job in seen:
+            continue
+        incident = f.incident or f.target
+        ended = [ledger.get(f"{kind}:{f.job}:{incident}") for kind in ("requeue", "cancel")]
+        if any(isinstance(e, dict) and e.get("ended") for e in ended):
+            seen.add(f.job)
+            out.append(Action("release", node=node, job=f.job, reason=reason, incident=incident, uid=_uid([f])))
+    return out
+
+
+# How long after its requeue a job is followed (its hold told or ended): past it, what
+# Slurm does with the job is no news of ours.
+FOLLOW_FOR = 3600.0
+
+
+def follow_requeues(ledger: dict, node: str, now: float) -> list[Action]:
+    """One `start` per job we requeued (the ledger's ended requeues) in the last
+    FOLLOW_FOR seconds and not yet followed to its end: once it left COMPLETING, its
+    hold is told on the job, or ended (actions.restart_now; act/actions.py decides
+    from Slurm's record of the job)."""
+    jobs: dict[str, list[str]] = {}
+    for key, entry in ledger.items():
+        kind, _, rest = key.partition(":")
+        job, _, incident = rest.partition(":")
+        if kind != "requeue" or not isinstance(entry, dict) or not entry.get("ended") or not incident:
+            continue
+        if now - float(entry.get("done", 0)) >= FOLLOW_FOR or f"start:{job}:{incident}" in ledger:
+            continue
+        jobs.setdefault(job, []).append(incident)
+    return [Action("start", node=node, job=job, incident="+".join(sorted(incs))) for job, incs in sorted(jobs.items())]
 
 
 def cause_of(f: Finding, now: float, suspects: list | None = None) -> str:
@@ -170,5 +217,6 @@ def resume_decision(findings: list[Finding], drain: dict, node: str, resume_afte
     passes = int(drain.get("passes", 0)) + 1
     record = dict(drain, passes=passes)
     if resume_after and drain.get("resumable") and passes >= resume_after:
-        return Action("resume", node=node, reason=str(drain.get("reason", ""))), record
+        return Action("resume", node=node, reason=str(drain.get("reason", "")),
+                      down_ours=bool(drain.get("released"))), record
     return None, record

@@ -83,12 +83,74 @@ def health_check_interval(conf: str | None, runner) -> float | None:
     """slurmd's HealthCheckInterval, seconds (0: none runs), read in a child of
     `runner` (host/runner.py: a child stuck on the file is remembered, none started
     again while it lives); None where slurm.conf cannot be read in time."""
+    found = read_settings(conf, runner)
+    return None if found is None else interval_of(found)
+
+
+def read_settings(conf: str | None, runner) -> dict[str, str] | None:
+    """slurm.conf's settings, read in a child of `runner`; None where it cannot be read
+    in time ({} where there is no slurm.conf)."""
     from ..host.runner import DONE, Task
     key = "slurm-conf"
     o = runner.run([Task(key, read, (conf,), TIMEOUT)])[key]
     if o.status != DONE or not isinstance(o.value, dict):
         return None
+    return o.value
+
+
+def interval_of(found: dict[str, str]) -> float | None:
     try:
-        return float(o.value.get("healthcheckinterval") or 0)
+        return float(found.get("healthcheckinterval") or 0)
     except ValueError:
         return None
+
+
+# Slurm's defaults for what decides a requeued job's clock (slurm.conf(5)).
+CRED_EXPIRE = 120
+KILL_WAIT = 30
+UNKILLABLE_STEP_TIMEOUT = 60
+SCHED_INTERVAL = 60
+
+
+def option(value: str, name: str) -> str | None:
+    """`name=`'s value in a comma-separated option list (AuthInfo, SchedulerParameters);
+    None where it is not set."""
+    for part in value.split(","):
+        key, eq, v = part.strip().partition("=")
+        if eq and key.strip().lower() == name:
+            return v.strip()
+    return None
+
+
+def _seconds(value: str | None, default: int) -> int:
+    try:
+        return int(str(value).split()[0]) if value not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def requeue_holds(found: dict[str, str]) -> list[int]:
+    """How long Slurm holds a requeued job once it left COMPLETING (it adds a second):
+    SchedulerParameters=requeue_delay from 25.11.0, else AuthInfo's cred_expire (the
+    only one before 25.11), else Slurm's default 120. Both where both are set: which
+    one applies depends on the running version (timings() says)."""
+    cred = _seconds(option(found.get("authinfo", ""), "cred_expire"), CRED_EXPIRE)
+    cred = cred if cred >= 5 else CRED_EXPIRE          # Slurm refuses less than 5 (cred.c)
+    delay = option(found.get("schedulerparameters", ""), "requeue_delay")
+    return sorted({cred} | ({_seconds(delay, cred)} if delay is not None else set()))
+
+
+def timings(found: dict[str, str], version: str = "") -> dict[str, int | None]:
+    """The Slurm settings a requeued job's clock is made of, seconds: KillWait,
+    UnkillableStepTimeout, the requeue hold (requeue_delay only from 25.11), and the
+    full scheduling pass's interval (sched_interval)."""
+    cred = _seconds(option(found.get("authinfo", ""), "cred_expire"), CRED_EXPIRE)
+    cred = cred if cred >= 5 else CRED_EXPIRE
+    params = found.get("schedulerparameters", "")
+    delay = option(params, "requeue_delay")
+    major = tuple(int(x) for x in version.split(".")[:2] if x.isdigit()) if version else ()
+    hold = _seconds(delay, cred) if delay is not None and (not major or major >= (25, 11)) else cred
+    return {"kill_wait": _seconds(found.get("killwait"), KILL_WAIT),
+            "unkillable_step_timeout": _seconds(found.get("unkillablesteptimeout"), UNKILLABLE_STEP_TIMEOUT),
+            "hold": hold, "sched_interval": _seconds(option(params, "sched_interval"), SCHED_INTERVAL),
+            "health_check_interval": _seconds(found.get("healthcheckinterval"), 0)}

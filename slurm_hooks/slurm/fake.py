@@ -69,6 +69,7 @@ BATCH_ONLY = "Only batch jobs are accepted or processed"
 DISABLED = "Requested operation is presently disabled"
 FINISHED = "Job has already finished"
 NO_REBOOT_PROGRAM = "RebootProgram isn't defined"
+NOT_PENDING = "Job is no longer pending execution"
 NO_REASON = "You must specify a reason when DOWNING or DRAINING a node. Request denied"
 UNREACHABLE = "Unable to contact slurm controller (connect failure)"
 REBOOT_COMPLETE = "reboot complete"
@@ -82,9 +83,9 @@ NOT_RESPONDING = "Not responding"
 # Anything not named is one RPC.
 RPC_WEIGHTS = {
     "scontrol": {"show_node": 2, "node_state": 2, "list_nodes": 1, "list_nodes_alone": 1, "show_job": 3,
-                 "list_jobs": 2, "listpids": 0},
+                 "list_jobs": 2, "listpids": 0, "jobs_on": 3, "job_hold": 3},
     "pyslurm": {"show_node": 2, "node_state": 2, "list_nodes": 2, "list_nodes_alone": 1, "show_job": 4,
-                "list_jobs": 1, "listpids": 0},
+                "list_jobs": 1, "listpids": 0, "jobs_on": 3, "job_hold": 3},
 }
 
 
@@ -120,8 +121,11 @@ class FakeSlurm(PrimedNodes):
 
     def __init__(self, nodes=("n1", "n2", "n3"), version: str = "25.11", name: str = "fake",
                  cpus: int = 2, user: str = "root", reboot_program: bool = True, backend: str = "scontrol",
-                 return_to_service: int = 2):
+                 return_to_service: int = 2, requeue_hold: int = 120):
         self.name = name
+        # cred_expire (AuthInfo), or SchedulerParameters=requeue_delay from 25.11: how
+        # long a requeued job waits once it left COMPLETING (Slurm adds a second).
+        self.requeue_hold = requeue_hold
         self.backend = backend                          # whose RPC counts rpcs() gives
         self.return_to_service = return_to_service      # slurm.conf's ReturnToService
         self.version = version
@@ -181,13 +185,16 @@ class FakeSlurm(PrimedNodes):
     def add_job(self, nodes: str = "n1", user: str = "alice", uid: int = 1001, state: str = "RUNNING",
                 batch: bool = True, requeue: bool = True, cpus: int = 1, job: str | None = None,
                 array: str | None = None, task: int | None = None, admin_comment: str = "",
-                pids: tuple = ()) -> str:
+                pids: tuple = (), begin: float | None = None, unkillable: bool = False) -> str:
         """A job Slurm runs (or holds) on `nodes` (comma-separated); its JobId. An array
         element gets `array` (ArrayJobId) and `task`; the element that carries the
         array's own id has job == array. `pids`: its processes on its first node while it
         runs, as listpids names them: the first is the step's task 0 (`batch` for a batch
         job, else step 0), the others that task's children, which slurmstepd gives no
-        task id."""
+        task id. `begin`: the begin time its user set (`--begin`: pending until then).
+        `unkillable`: a task of it on its first node cannot die: once ended (requeue,
+        cancel) it stays COMPLETING there until the node is set DOWN."""
+        now = time.time()
         if job is None:
             self._next_job += 1
             job = str(self._next_job)
@@ -195,7 +202,9 @@ class FakeSlurm(PrimedNodes):
                 "NodeList": nodes if state in RUNS or state in ENDED else "(null)",
                 "NumNodes": str(len(nodes.split(","))), "Requeue": "1" if requeue else "0",
                 "BatchFlag": "1" if batch else "0", "Restarts": "0", "AdminComment": admin_comment or "(null)",
-                "_cpus": cpus, "_nodes": nodes, "_pids": tuple(pids)}
+                "_cpus": cpus, "_nodes": nodes, "_pids": tuple(pids), "_unkillable": unkillable,
+                "_submit": now, "_eligible": begin if begin is not None else now,
+                "_reason": "BeginTime" if begin is not None and state == "PENDING" else "None"}
         if array is not None:
             info["ArrayJobId"], info["ArrayTaskId"] = str(array), str(task if task is not None else 0)
         self.jobs[job] = info
@@ -308,9 +317,14 @@ class FakeSlurm(PrimedNodes):
         for n in self.nodes.values():
             if n.base in ("DOWN", "FUTURE"):
                 continue
-            used = sum(int(j["_cpus"]) for j in self._running_on(n.name))
+            jobs = self._running_on(n.name)
+            used = sum(int(j["_cpus"]) for j in jobs if j["JobState"] != "COMPLETING")
             n.base = "IDLE" if used == 0 else "MIXED" if used < n.cpus else "ALLOCATED"
-            if used == 0 and "REBOOT_REQUESTED" in n.flags:
+            # A job held COMPLETING (a task it could not kill) holds the node COMPLETING,
+            # and a reboot waits for it.
+            held = any(j["JobState"] == "COMPLETING" for j in jobs)
+            n.flags = n.flags | {"COMPLETING"} if held else n.flags - {"COMPLETING"}
+            if used == 0 and not held and "REBOOT_REQUESTED" in n.flags:
                 # Issued once idle: RebootProgram runs, the node is DOWN until slurmd
                 # registers after the boot, and its reason says so.
                 n.flags = (n.flags - {"REBOOT_REQUESTED"}) | {"REBOOT_ISSUED"}
@@ -460,6 +474,11 @@ class FakeSlurm(PrimedNodes):
         self._set_reason(n, reason)
         # slurmctld ends the jobs of a DOWN node: a batch job that may be requeued is.
         for j in self._running_on(node):
+            if j["JobState"] == "COMPLETING":
+                # Let go of, with the task it could not kill: 25.11 then holds it as any
+                # requeued job; 22.05 starts it again at once (its bug: no hold).
+                self._left_completing(j, hold=self._major() >= 23)
+                continue
             if j["BatchFlag"] == "1" and j["Requeue"] == "1":
                 j["JobState"], j["NodeList"] = "PENDING", "(null)"
                 j["Restarts"] = str(int(j["Restarts"]) + 1)
@@ -519,9 +538,50 @@ class FakeSlurm(PrimedNodes):
             return
         if info["Requeue"] != "1":
             raise _refused(DISABLED)
-        info["JobState"], info["NodeList"] = "PENDING", "(null)"
         info["Restarts"] = str(int(info["Restarts"]) + 1)
+        if info["_unkillable"]:
+            info["JobState"] = "COMPLETING"       # pending, held on its node by the task
+        else:
+            self._left_completing(info)
         self._occupancy()
+
+    def _left_completing(self, info: dict, hold: bool = True) -> None:
+        """A requeued job's nodes are free: it waits Slurm's hold (batch_requeue_fini:
+        the begin time, unless its user's is later, and the submit time reset)."""
+        now = time.time()
+        info["JobState"], info["NodeList"], info["_unkillable"] = "PENDING", "(null)", False
+        info["_submit"] = now
+        if hold and info["_eligible"] <= now:
+            info["_eligible"] = now + self.requeue_hold + 1
+        info["_reason"] = "BeginTime" if info["_eligible"] > now else "None"
+
+    def jobs_on(self, node: str) -> list[dict]:
+        self._rpc("jobs_on")
+        return [self._job_record(j) for j in self._running_on(node)]
+
+    def job_hold(self, job: str) -> dict | None:
+        self._rpc("job_hold")
+        try:
+            info = self._job(job)
+        except SlurmError:
+            return None
+        uid = info["UserId"].rpartition("(")[2]
+        out = {"JobId": info["JobId"], "UserId": f"({uid}", "JobState": info["JobState"],
+               "EligibleTime": time.strftime(STAMP_FORMAT, time.localtime(info["_eligible"])),
+               "SubmitTime": time.strftime(STAMP_FORMAT, time.localtime(info["_submit"])),
+               "Reason": info["_reason"] if info["JobState"] == "PENDING" else "None"}
+        if "ArrayJobId" in info:
+            out["ArrayJobId"], out["ArrayTaskId"] = info["ArrayJobId"], info["ArrayTaskId"]
+        return out
+
+    def start_now(self, job: str) -> None:
+        self._rpc("start_now")
+        info = self._job(job)
+        if info["JobState"] != "PENDING" and info["JobState"] != "COMPLETING":
+            raise _refused(NOT_PENDING)
+        info["_eligible"] = time.time()
+        if info["JobState"] == "PENDING":
+            info["_reason"] = "None"
 
     def cancel(self, job: str) -> None:
         self._rpc("cancel")

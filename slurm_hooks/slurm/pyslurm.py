@@ -180,6 +180,24 @@ class PyslurmBackend(PrimedNodes):
     def requeue(self, job: str) -> None:
         self._call("requeue", self._elements.get(job, job))
 
+    # The three below go through squeue and scontrol, as reboot does: pyslurm's job list
+    # has no filter by node (it would load every job of the cluster), and a job's
+    # begin time is set by the same update scontrol sends.
+    def jobs_on(self, node: str) -> list[dict]:
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        return self._scontrol.jobs_on(node)
+
+    def job_hold(self, job: str) -> dict | None:
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        return self._scontrol.job_hold(job)
+
+    def start_now(self, job: str) -> None:
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        self._scontrol.start_now(job)
+
     def cancel(self, job: str) -> None:
         self._call("cancel", job)
 

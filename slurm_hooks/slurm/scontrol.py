@@ -173,6 +173,34 @@ def parse_job_lines(out: str) -> list[dict[str, str]]:
     return jobs
 
 
+# A job's place in the queue, for the start slurm-hooks may ask after its requeue: the
+# times strict (Slurm's ISO form, or its words for none), the Reason last, whatever it
+# holds (a job_submit plugin's or slurmctld's own words).
+HOLD_FIELDS = ("JobId", "ArrayJobId", "ArrayTaskId", "UserId", "State", "EligibleTime", "SubmitTime", "Reason")
+HOLD_FORMAT = ",".join(f"{f}:0|" for f in HOLD_FIELDS[:-1]) + f",{HOLD_FIELDS[-1]}:0"
+_TIME = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|N/A|Unknown|None)"
+_HOLD_LINE = re.compile(r"(\d+)\|(\d+)\|([^|]*)\|(\d+)\|([A-Z_]+)\|" + _TIME + r"\|" + _TIME + r"\|(.*)")
+# Where a job holds a node: running, being ended, or suspended on it.
+ON_NODE_STATES = "running,completing,suspended,configuring,stopped"
+
+
+def parse_hold_lines(out: str) -> list[dict[str, str]]:
+    """squeue's HOLD_FORMAT lines as records: JobId (ArrayJobId, ArrayTaskId), UserId
+    (the uid alone), JobState, EligibleTime, SubmitTime, Reason."""
+    jobs: list[dict[str, str]] = []
+    for line in out.splitlines():
+        m = _HOLD_LINE.fullmatch(line)
+        if m is None:
+            continue
+        job, array, task, uid, state, eligible, submit, reason = m.groups()
+        info = {"JobId": job, "UserId": f"({uid})", "JobState": state, "EligibleTime": eligible,
+                "SubmitTime": submit, "Reason": reason}
+        if task != "N/A":
+            info["ArrayJobId"], info["ArrayTaskId"] = array, task
+        jobs.append(info)
+    return jobs
+
+
 def find_scontrol(bin_dir: str | None) -> str | None:
     """scontrol's path. Slurm often lives on a shared filesystem (/opt/slurm over NFS):
     a directory on a network mount is not even looked at here (access() there can hang
@@ -367,6 +395,34 @@ class Slurm(PrimedNodes):
     def set_admin_comment(self, job: str, text: str) -> None:
         self._run("update", f"jobid={job}", f"admincomment={text}")
 
+    def jobs_on(self, node: str) -> list[dict[str, str]]:
+        """The jobs Slurm has on `node` (running, completing, suspended): squeue filters
+        on the node in slurmctld's answer, one job-list load."""
+        out = self._exec([self._beside("squeue"), "--noheader", "--all", f"--states={ON_NODE_STATES}",
+                          f"--nodelist={node}", f"--Format={JOB_FORMAT}"]).stdout
+        return parse_job_lines(out)
+
+    def job_hold(self, job: str) -> dict[str, str] | None:
+        """Where `job` stands in the queue (JobState, EligibleTime, SubmitTime, Reason),
+        None when Slurm does not know it."""
+        try:
+            out = self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--jobs={job}",
+                              f"--Format={HOLD_FORMAT}"]).stdout
+        except SlurmUnavailable:
+            raise
+        except SlurmError as e:
+            if e.code == SlurmCode.UNKNOWN_JOB:
+                return None
+            raise
+        return next((j for j in parse_hold_lines(out) if j["JobId"] == job
+                     or f"{j.get('ArrayJobId')}_{j.get('ArrayTaskId')}" == job), None)
+
+    def start_now(self, job: str) -> None:
+        # The begin time Slurm's requeue set (its hold), now: the next scheduling pass
+        # may start the job at once. Never for a job still COMPLETING (Slurm sets the
+        # hold again when it leaves), never for a begin time its user set.
+        self._run("update", f"jobid={job}", "starttime=now")
+
     def requeue(self, job: str) -> None:
         # Incomplete: only a job still CONFIGURING, RUNNING, STOPPED or SUSPENDED is
         # requeued; one that ended meanwhile is left as it is (22.05 and later).
@@ -440,8 +496,8 @@ class Slurm(PrimedNodes):
 
     def set_down(self, node: str, reason: str) -> None:
         self.changing(node)
-        # Only for a node held COMPLETING by a task Slurm could not kill, our reboot
-        # pending: slurmctld lets go of a DOWN node's jobs and reboots it.
+        # Only for a node held COMPLETING by a task Slurm could not kill, and no other
+        # job on it: slurmctld lets go of a DOWN node's jobs (and issues a pending reboot).
         self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
 
 
