@@ -57,3 +57,17 @@ def test_explain_after_failed_prologs_reads_plainly(tmp_path, hung_mount):
     assert "drain node hooknode: left to Slurm (Slurm drains the node when the prolog fails" in again, again
     assert not re.search(r"since: \d{9,}", again), again
     assert re.search(r"since: 20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d", again), again
+
+
+def test_the_same_word_run_after_run_is_said_once_with_how_often():
+    """A requeued job waiting on Slurm is followed each run: `explain` says it once."""
+    from slurm_hooks.views.explain import _actions_since
+    drain = {"kind": "drain", "node": "n1", "reason": "r", "outcome": "done", "result": "done"}
+    wait = {"kind": "start", "job": "7", "outcome": "skipped", "result": "skipped",
+            "message": "COMPLETING: a task on n1 cannot die"}
+    runs = [{"time": "T1", "actions": [drain]}, {"time": "T2", "actions": [wait]}, {"time": "T3", "actions": [wait]},
+            {"time": "T4", "actions": [wait]}, {"time": "T5", "actions": [dict(wait, message="hold until 03:14:20")]}]
+    assert _actions_since(runs, runs[0]) == [
+        "T1 drain node n1: done",
+        "T2 start job 7: skipped (COMPLETING: a task on n1 cannot die) [3 runs, until T4]",
+        "T5 start job 7: skipped (hold until 03:14:20)"]

@@ -186,3 +186,22 @@ def test_a_node_down_by_another_is_not_resumed_for_our_release():
     assert one(slurm, Action("resume", node="n1", reason=OURS)).code == Code.FOREIGN_STATE
     slurm.set_state("n1", base="DOWN", reason="admin: PSU")
     assert one(slurm, Action("resume", node="n1", reason=OURS, down_ours=True)).code == Code.NOT_OURS
+
+
+def test_our_reason_survives_kill_task_failed_on_a_node_we_released(tmp_path):
+    slurm = FakeSlurm(requeue_hold=HOLD)
+    job = slurm.add_job("n1,n2", unkillable=True)
+    cfg, state = requeued_and_held(tmp_path, slurm, job)
+    actuate(cfg, state, slurm, [killed(stuck(job))])
+    assert slurm.node_state("n1")["State"].startswith("DOWN")
+    # Slurm gives up on the task: its generic drain goes over our reason.
+    slurm.set_state("n1", base="DOWN", flags=("DRAIN",), reason="Kill task failed")
+    r = by_kind(actuate(cfg, state, slurm, [killed(stuck(job))]))
+    assert r["drain"] == ("done", "replaced_generic"), r
+    assert slurm.node_state("n1")["Reason"].startswith("job ") and slurm.node_state("n1")["State"] == "DOWN+DRAIN"
+    # Not on a node DOWN by another's hand.
+    other = one(slurm, Action("drain", node="n2", reason=OURS, replaces="Kill task failed"))
+    slurm.set_state("n3", base="DOWN", reason="Kill task failed")
+    assert one(slurm, Action("drain", node="n3", reason=OURS, replaces="Kill task failed")).code == \
+        Code.FOREIGN_STATE
+    assert other.outcome == Outcome.DONE

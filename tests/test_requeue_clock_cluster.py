@@ -64,12 +64,12 @@ def submit(user, cluster, body: str, *args: str) -> int:
     return int(r.stdout.strip().split(";")[0])
 
 
-def enable(cluster, tmp_path, **actions) -> None:
+def enable(cluster, tmp_path, conf: str = "", **actions) -> None:
     wrapper = write_node_configs(tmp_path, cluster, {}, {
         "filesystems": [{"path": str(tmp_path)}], "actions": actions,
         "stuck_tasks": {"grace": GRACE, "sample_window": 0.5}})
     cluster.reconfigure(f"HealthCheckProgram={wrapper}\nHealthCheckInterval={INTERVAL}\n"
-                        "HealthCheckNodeState=ANY\n")
+                        "HealthCheckNodeState=ANY\n" + conf)
 
 
 def acts(root, node, kind) -> list[dict]:
@@ -178,3 +178,29 @@ def test_another_job_on_the_node_keeps_it_up_and_the_requeued_job_waits(clean_cl
     assert f"release job {job}: skipped (not set DOWN: job {beside} (RUNNING) runs on n1 too" in r.stdout, r.stdout
     with contextlib.suppress(Exception):
         cluster.scontrol("cancel", str(beside), check=False)
+
+
+def test_a_begin_time_its_user_set_is_never_started_early(clean_cluster, mallory, node_mount, tmp_path):  # noqa: F811
+    """The job's user sets a begin time an hour away after the requeue: once the job left
+    COMPLETING it waits for it, `actions.restart_now` or not. (22.05 would start a job
+    let go by a DOWN node at once, its own bug: there the node is not released, and
+    Slurm gives up on the task after UnkillableStepTimeout.)"""
+    cluster = clean_cluster
+    old = cluster.version.startswith("22.")
+    enable(cluster, tmp_path, conf="UnkillableStepTimeout=5\n" if old else "", restart_now=True,
+           release_node=not old)
+    job, marks, freeze = the_stuck_job(cluster, mallory, node_mount)
+    cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", GRACE + 5 * INTERVAL + 10,
+                     interval=0.1, what="the job requeued")
+    conf = readable_by_users(cluster)
+    mallory.run(cluster.binary("scontrol"), "update", f"jobid={job}", "StartTime=now+3600",
+                env=mallory.env(SLURM_CONF=str(conf)))
+    cluster.wait_for(lambda: cluster.job_state(job) == "PENDING", 60, what="the job out of COMPLETING")
+    users = cluster.wait_for(lambda: [a for a in acts(tmp_path, "n1", "start") if a["code"] == "users_begin"],
+                             4 * INTERVAL + 10, what="the start refused for the user's begin time")
+    assert users[0]["outcome"] == "skipped", users
+    time.sleep(2 * INTERVAL)
+    assert not [a for a in acts(tmp_path, "n1", "start") if a["outcome"] == "done"]
+    info = cluster.show_job(job)
+    assert info["JobState"] == "PENDING" and info["Reason"] == "BeginTime", info
+    assert time.mktime(time.strptime(info["EligibleTime"], "%Y-%m-%dT%H:%M:%S")) - time.time() > 3000, info

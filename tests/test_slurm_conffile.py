@@ -61,3 +61,20 @@ def test_the_interval_a_mounts_scope_waits(tmp_path):
     state.save(mounts.SLURM_CONFIG, {})
     assert mounts.interval(cfg, state) == mounts.DEFAULT_INTERVAL
     assert mounts.fresh_for(30) == 2 * 30 + mounts.FRESH_SLACK
+
+
+def test_the_settings_a_requeued_jobs_clock_is_made_of():
+    none = conffile.timings({})
+    assert none == {"kill_wait": 30, "unkillable_step_timeout": 60, "hold": 120, "sched_interval": 60,
+                    "health_check_interval": 0}, "Slurm's defaults"
+    assert conffile.requeue_holds({}) == [120]
+    found = conffile.settings("AuthInfo=use_client_ids,cred_expire=30\nKillWait=10\nUnkillableStepTimeout=120\n"
+                              "SchedulerParameters=bf_interval=5,requeue_delay=5,sched_interval=20\n")
+    # requeue_delay is read from 25.11.0 on; 22.05 holds a requeued job for cred_expire.
+    assert conffile.timings(found, "25.11.7")["hold"] == 5
+    assert conffile.timings(found, "22.05.8")["hold"] == 30
+    assert conffile.requeue_holds(found) == [5, 30]        # the version not known: either
+    t = conffile.timings(found, "25.11.7")
+    assert (t["kill_wait"], t["unkillable_step_timeout"], t["sched_interval"]) == (10, 120, 20)
+    # Slurm refuses a cred_expire below 5 and keeps its default.
+    assert conffile.requeue_holds(conffile.settings("AuthInfo=cred_expire=2\n")) == [120]

@@ -155,6 +155,12 @@ def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
         _set_drain(action, slurm, info)
         return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (reboot pending)",
                             code=Code.REPLACED_GENERIC)
+    if foreign == ["DOWN"] and action.down_ours and is_generic(current, action.replaces):
+        # DOWN by our own release, and Slurm's `Kill task failed` went over our reason
+        # when it gave up on the task: put the precise one back (the node stays DOWN).
+        _set_drain(action, slurm, info)
+        return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r} (DOWN by slurm-hooks' "
+                            "release)", code=Code.REPLACED_GENERIC)
     if foreign:
         # A drain on top would overwrite the reason of whoever set this state.
         if is_ours(current, prefix) and reason_is_current(info):

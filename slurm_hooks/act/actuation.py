@@ -105,6 +105,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     for a in actions:
         if a.kind == "drain":
             a.replaces = "|".join(filter(None, [run.generic_reason, hook_failure.get("replaces", "")]))
+            a.down_ours = bool(drain.get("released"))
         elif a.kind == "release":
             a.replaces = run.generic_reason       # Slurm's `Kill task failed` over our reason
     if hook_failure and not any(a.kind == "drain" for a in actions):

@@ -130,7 +130,8 @@ class Action:
     recovery: Recovery | None = None  # recover: the mount, its method and what it must free
     ran_here: bool = False     # comment: about a job that ran here and was requeued since
     cause: str = ""            # drain: the machine-readable cause for the node's Comment
-    # resume: the node is DOWN by our own release (act/actions.py _release): RESUME it.
+    # resume: the node is DOWN by our own release (act/actions.py _release): RESUME it;
+    # drain: Slurm's generic reason over ours on it may be replaced.
     down_ours: bool = False
     # start: the lengths of Slurm's requeue hold on this cluster (s): a begin time that
     # far after the job's (re)submit time is Slurm's hold, any other its user's.

@@ -201,7 +201,7 @@ def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None =
         if seen:
             timed += [(str(r.get("time")), a) for a in r.get("actions", [])]
     timed += [(str(a.get("time")), a) for a in followups or [] if str(a.get("time")) >= str(first.get("time"))]
-    out = []
+    out: list[tuple[str, str, int, str]] = []
     for when, a in sorted(timed, key=lambda t: t[0]):
         target = f"job {a.get('job')}" if a.get("job") else f"node {a.get('node')}"
         what = f"{a.get('kind')} {target}"
@@ -213,8 +213,16 @@ def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None =
             rest = msg[len(word):].strip()
             inner, _, tail = rest[1:].partition(")") if rest.startswith("(") else ("", "", rest)
             msg = f"{inner}{tail}".strip(" ;:")
-        out.append(f"{when} {what}: {word}" + (f" ({msg})" if msg else ""))
-    return out or ["none"]
+        line = f"{what}: {word}" + (f" ({msg})" if msg else "")
+        if out and out[-1][1] == line:
+            # The same word run after run (a job waiting on Slurm, a node held): once,
+            # with how often and until when.
+            since, _, times, _ = out[-1]
+            out[-1] = (since, line, times + 1, when)
+        else:
+            out.append((when, line, 1, when))
+    return [f"{when} {line}" + (f" [{n} runs, until {last}]" if n > 1 else "") for when, line, n, last in out] \
+        or ["none"]
 
 
 def _explain_keys(check, evidence: dict) -> tuple[str, ...]:

@@ -64,13 +64,14 @@ def clock(t: dict, version: str, interval: float, release: bool, restart: bool) 
         if down_skips_the_hold(version):
             return let_go[0], let_go[1] + sched
         if restart:
-            return let_go[0] + hold, let_go[1] + hold + interval + START_LAG
+            # The hold ended by the same run, or the next one.
+            return let_go[0] + START_LAG, let_go[1] + interval + START_LAG
         return let_go[0] + hold, let_go[1] + hold + sched
     if keeps_the_step(version):
         return None
     gone = kill + t["unkillable_step_timeout"] + 1 + SLURMD_POLL
     if restart:
-        return gone + hold, gone + hold + interval + START_LAG
+        return gone + START_LAG, gone + interval + START_LAG
     return gone + hold, gone + hold + sched
 
 
@@ -95,6 +96,14 @@ def lines(found: dict | None, version: str, cfg) -> list[str]:
                    f"{_span(None)} from 25.11.6")
     out.append(f"  these settings (release_node {'on' if release else 'off'}, restart_now "
                f"{'on' if restart else 'off'}): {_span(clock(t, version, interval, release, restart))}")
+    # Before the requeue, slurm-hooks' own part: the stuck task's grace, seen by a run up
+    # to one interval later, and one more interval for a network mount's scope.
+    grace = float(cfg.stuck_tasks.grace)
+    mine = clock(t, version, interval, release, restart)
+    if mine is not None:
+        out.append(f"  freeze -> running again with these settings: {grace + mine[0]:.0f} to "
+                   f"{grace + 2 * interval + mine[1]:.0f} s (stuck_tasks.grace {grace:g}s, a health check, "
+                   "and one more for a network mount's scope, before the requeue)")
     if release and down_skips_the_hold(version):
         out.append("  (this Slurm starts a job let go by a DOWN node at once, without its hold: a bug fixed "
                    "in 23.11.11)")
