@@ -130,7 +130,8 @@ def main() -> int:
     prefix = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--slurm-prefix=")), None)
     only = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--only=")), "")
     tmp = Path(tempfile.mkdtemp(prefix="shk-bench-clock-"))
-    with unprivileged_user("shk-clock" + ("25" if prefix else "22")) as user, SlurmCluster(tmp / "slurm", prefix=prefix, conf_extra=DEFAULTS) as c:
+    with unprivileged_user("shk-clock" + ("25" if prefix else "22")) as user, \
+            SlurmCluster(tmp / "slurm", prefix=prefix, conf_extra=DEFAULTS) as c:
         for i, (release, restart) in enumerate(((False, False), (True, False), (True, True))):
             if only and str(i) not in only.split(","):
                 continue
