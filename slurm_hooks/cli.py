@@ -199,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
     from .core.config import ConfigError
     if args.command in ROOT_ONLY and os.geteuid() != 0:
-        print(f"slurm-hooks {args.command}: needs root (slurmd runs it as root); as any user: {FOR_ANY_USER}",
+        why = "it changes node states in Slurm" if args.command == "resume" else "slurmd runs it as root"
+        print(f"slurm-hooks {args.command}: needs root ({why}); as any user: {FOR_ANY_USER}",
               file=sys.stderr)
         return EXIT_USAGE
     if args.command == "explain":          # reads the journal: a broken configuration must not stop it
@@ -403,7 +404,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
 
     from .checks._config import load_config
     from .core import config
-    from .views.configcheck import probe_plan, probe_warnings, render_plan
+    from .views.configcheck import path_warnings, probe_plan, probe_warnings, render_plan
     if path is None:
         from .checks._config import default_config
         text = "no configuration file given or found; the built-in defaults are in use"
@@ -421,7 +422,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    warnings = probe_warnings(path)
+    warnings = probe_warnings(path) + [f"{path}: {w}" for w in path_warnings(cfg)]
     ok = not (strict and warnings)
     plan = probe_plan(cfg)
     clock = _requeue_clock(cfg)

@@ -35,6 +35,9 @@ def test_an_ordinary_user_reads_what_it_may_and_is_told_what_needs_root():
             r = slurm_hooks(command)
             assert r.returncode == 2 and r.stderr.startswith(f"slurm-hooks {command}: needs root"), r.stderr
             assert "as any user: status, explain" in r.stderr, r.stderr
+            # Why: slurmd runs the hooks as root; resume changes node states.
+            why = "it changes node states in Slurm" if command == "resume" else "slurmd runs it as root"
+            assert f"needs root ({why})" in r.stderr, r.stderr
         r = slurm_hooks("explain")
         assert r.returncode == 2, r.stdout + r.stderr
         assert r.stderr.startswith(f"slurm-hooks explain: cannot read {log} as {user.name}"), r.stderr

@@ -4,6 +4,8 @@ a reboot), policy and the breaker. No cluster is started; tests/test_slurm_contr
 keeps the fake's answers those of the real backends."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from slurm_hooks.act.actions import execute
@@ -281,11 +283,10 @@ def test_unreachable_slurm_spools_the_drain_and_the_next_run_replays_it(tmp_path
     assert entry["action"]["kind"] == "drain" and entry["action"]["reason"] == OURS
     assert "drain_with_cause" not in slurm.calls
     slurm.reachable = True
-    [r] = actuate(cfg, state, slurm, [])
+    [r] = actuate(cfg, state, slurm, [fs_failing()])       # the fault still there
     assert (r.action.kind, r.outcome) == ("drain", Outcome.DONE)
     assert slurm.node_state("n1")["Reason"] == OURS
     assert state.load("spool", list) == []
-    assert actuate(cfg, state, slurm, []) == []       # each spooled action once
     assert slurm.calls["drain_with_cause"] == 1
     # The cause for tools went in with it: the check and the place, in the node's Comment.
     assert read_cause(slurm.node_state("n1")["Comment"])["where"] == "/scratch"
@@ -370,3 +371,29 @@ def test_the_breakers_order_is_the_reason_stamps_then_the_names():
     assert breaker.step_back(view, "n1", cfg).startswith("drain-storm breaker: 3 nodes drained")
     assert breaker.step_back(view, "n3", cfg) is None
     assert breaker.verdict(view, "n7", cfg).startswith("drain-storm breaker open: 3 nodes already drained")
+
+
+def test_a_spooled_drain_whose_fault_is_gone_is_dropped_and_said_so(tmp_path):
+    """slurmctld was down when the check failed; by the time it answers, the fault is
+    gone: the drain would keep the node out for nothing (and for good, with no failing
+    finding to say it may be resumed)."""
+    cfg, state, slurm = config(tmp_path), state_of(tmp_path), FakeSlurm()
+    job = slurm.add_job("n1")
+    slurm.reachable = False
+    actuate(cfg, state, slurm, [fs_failing()])
+    assert [e["action"]["kind"] for e in state.load("spool", list)] == ["drain"]
+    slurm.reachable = True
+    [r] = actuate(cfg, state, slurm, [])
+    assert (r.action.kind, r.outcome, r.code) == ("drain", Outcome.SKIPPED, Code.FAULT_GONE)
+    assert "fault is gone" in r.message
+    assert slurm.node_state("n1")["State"] == "MIXED" and "drain_with_cause" not in slurm.calls
+    assert state.load("spool", list) == [] and not state.load("drain")
+    assert actuate(cfg, state, slurm, []) == []
+    # A job's action for an incident no finding names any more goes the same way; one
+    # still named is carried out.
+    from slurm_hooks.act.spool import due
+    from slurm_hooks.core.records import asdict
+    spooled = [{"action": asdict(Action("requeue", node="n1", job=job, incident="n1:345:100")), "at": time.time()},
+               {"action": asdict(Action("resume", node="n1", reason=OURS)), "at": time.time()}]
+    assert [a.kind for a in due(spooled, [], 3600, [stuck(job)])[0]] == ["requeue"]
+    assert [a.kind for a in due(spooled, [], 3600, [])[0]] == ["resume"]

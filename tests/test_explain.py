@@ -71,3 +71,22 @@ def test_the_same_word_run_after_run_is_said_once_with_how_often():
         "T1 drain node n1: done",
         "T2 start job 7: skipped (COMPLETING: a task on n1 cannot die) [3 runs, until T4]",
         "T5 start job 7: skipped (hold until 03:14:20)"]
+
+
+def test_before_the_first_run_explain_says_the_health_check_may_not_have_run():
+    from slurm_hooks.views.explain import explain
+    out = explain([], "n1", {})
+    assert "no run of slurm-hooks on this node in the journal yet: the health check may not have run" in out
+    ran = [{"event": "run", "node": "n1", "time": "T", "hook": "healthcheck", "status": "healthy", "checks": [],
+            "actions": []}]
+    assert "no run of slurm-hooks" not in explain(ran, "n1", {})
+
+
+def test_resume_dry_run_says_what_it_would_do():
+    from slurm_hooks.act.undo import undo
+    from slurm_hooks.slurm.fake import FakeSlurm
+    slurm = FakeSlurm()
+    slurm.drain("n1", "fs /scratch hung [slurm-hooks]")
+    lines, ok = undo(slurm, ["n1"], "slurm-hooks:", dry_run=True)
+    assert lines == ["n1: would resume"] and ok
+    assert "DRAIN" in slurm.node_state("n1")["State"]

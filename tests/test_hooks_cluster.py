@@ -173,6 +173,30 @@ def test_auto_resume_only_of_our_own_resumable_drain(clean_cluster, hung_mount, 
         stuck.kill()
 
 
+def test_a_drain_spooled_while_slurmctld_was_down_is_dropped_once_its_fault_is_gone(clean_cluster, hung_mount,
+                                                                                      tmp_path):
+    """Slurm unreachable, the check fails: the drain waits in the spool. The fault goes
+    before slurmctld answers: the next run, which could drain, drops it and says so;
+    the node stays in service."""
+    cluster = clean_cluster
+    cfg = {"filesystems": [{"path": str(hung_mount.path), "timeout": 1}], "policy": {"failures_to_drain": {}},
+           "outage": {"interval": 1}}
+    cluster.stop_controller()
+    try:
+        rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+        assert [(a["kind"], a["code"]) for a in rec["actions"]] == [("drain", "slurm_unreachable")], rec["actions"]
+    finally:
+        hung_mount.close()                    # the fault goes while Slurm does not answer
+        cluster.start_controller()
+    rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+    assert rec["status"] == "healthy", rec
+    [a] = rec["actions"]
+    assert (a["kind"], a["outcome"], a["code"]) == ("drain", "skipped", "fault_gone"), a
+    assert "DRAIN" not in cluster.node_state("n1")
+    assert json.loads((tmp_path / "state" / "n1" / "spool.json").read_text()) == []
+    assert healthcheck(cluster, tmp_path, "n1", **cfg)["actions"] == []
+
+
 def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_mount, tmp_path):
     cluster = clean_cluster
     job = stuck_writer_job(cluster, tmp_path, hung_mount.path, "n1")

@@ -92,6 +92,10 @@ def test_restart_now_ends_slurms_hold_once(tmp_path):
     cfg.actions.release_node = False
     second = by_kind(actuate(cfg, state, slurm, [killed(stuck(job))]))
     assert "release" not in second and second["start"] == ("skipped", "completing"), second
+    # What Slurm waits for, on the job once.
+    by_kind(actuate(cfg, state, slurm, [killed(stuck(job))]))
+    held = f"{P} COMPLETING: a task on n1 cannot die; Slurm holds the job until it does"
+    assert slurm.show_job(job)["AdminComment"].count(held) == 1, slurm.show_job(job)["AdminComment"]
     cfg.actions.release_node = True
     third = by_kind(actuate(cfg, state, slurm, [killed(stuck(job))]))
     assert third["release"] == ("done", "released") and third["start"] == ("done", "start_asked"), third

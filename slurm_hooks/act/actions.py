@@ -61,7 +61,7 @@ TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 ENDED_CODES = frozenset({Code.NONE, Code.CANCELLED_INSTEAD, Code.JOB_ENDED, Code.JOB_QUEUED})
 # Skipped for now, asked again by the next run: not yet the moment (the ledger keeps no
 # entry for them).
-WAITING = frozenset({Code.JOB_RUNNING, Code.OTHER_JOBS, Code.COMPLETING})
+WAITING = frozenset({Code.JOB_RUNNING, Code.OTHER_JOBS, Code.COMPLETING, Code.UNSCHEDULED})
 
 
 def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
@@ -548,7 +548,7 @@ def _start(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
         # Just let go (its node set DOWN): the scheduler has not looked at it yet, and
         # Slurm may still set its hold.
         return ActionResult(action, SKIPPED, f"job {job} is PENDING, not yet looked at by the scheduler",
-                            code=Code.COMPLETING)
+                            code=Code.UNSCHEDULED)
     if not later:
         return ActionResult(action, SKIPPED, f"job {job} is {state} (reason: {reason or 'none'}): no hold of "
                             "Slurm's to end", code=Code.NOT_WAITING)

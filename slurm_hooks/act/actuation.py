@@ -165,12 +165,21 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
             resume = after          # the resume after the boot, or the DOWN that lets Slurm reboot
     if resume is not None:
         actions.append(resume)
-    queue = spool.merge(spooled, actions, cfg.policy.spool_max_age) if not report_only else actions
+    stale: list = []
+    if report_only:
+        queue = actions
+    else:
+        queue, stale = spool.due(spooled, actions, cfg.policy.spool_max_age, findings)
     results = early + [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
     results += [ActionResult(a, Outcome.HELD, why, code=code) for a, why, code in kept_back]
+    results += [ActionResult(a, Outcome.SKIPPED, "spooled while Slurm could not be reached; its fault is gone "
+                             "now: not done", code=Code.FAULT_GONE) for a in stale]
     recovering = [a for a in queue if a.kind == "recover"]
     queue = [a for a in queue if a.kind != "recover"]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
+    told = _held_completing(results, node, cfg.reason_prefix)
+    if told:
+        results += execute(told, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
     if recovering:
         until = None if started is None else started + cfg.actions.deadline
         results += mount_steps.recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
@@ -217,6 +226,17 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if state.exists(OLD_SUSPECTS):
             state.delete(OLD_SUSPECTS)
     return results
+
+
+def _held_completing(results, node: str, prefix: str) -> list:
+    """What Slurm waits for, on the job's AdminComment once per requeue: a job we requeued
+    that Slurm holds COMPLETING for its task here that cannot die."""
+    from ..core.model import Action
+    from ..core.outcomes import Code
+    return [Action("comment", node=node, job=r.action.job, ran_here=True,
+                   incident="+".join(f"{i}/completing" for i in (r.action.incident or "").split("+")),
+                   text=f"{prefix} COMPLETING: a task on {node} cannot die; Slurm holds the job until it does")
+            for r in results if r.action.kind == "start" and r.code == Code.COMPLETING]
 
 
 def _follow_requeues(cfg: Config, node: str, ledger: dict, state: StateStore, now: float) -> list:

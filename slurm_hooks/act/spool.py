@@ -1,7 +1,8 @@
 """The spool: actions slurmctld did not take (unreachable, or no time left in the run)
 wait in local state (actuation's `spool` file) for the next run, each once, oldest first, and expire after
 policy.spool_max_age. A newer drain replaces a spooled one: it says more about the node
-now."""
+now. A spooled action is checked again before it is carried out (`due`): one whose fault
+is gone by now is dropped, and the run says so."""
 from __future__ import annotations
 
 import time
@@ -49,3 +50,36 @@ def entries(spooled: list, results: list) -> list:
     """What the spool holds after a run: the actions it must try again, each with the
     time it was first spooled."""
     return [{"action": asdict(r.action), "at": _spooled_at(spooled, r.action)} for r in results if r.retry]
+
+
+# What a spooled action needs to be still due: its fault (failing now), or none (healthy).
+NEEDS_FAULT = ("drain", "reboot", "requeue", "cancel", "release", "recover")
+
+
+def due(spooled: list, actions: list, max_age: float, findings: list) -> tuple[list, list]:
+    """(the queue: merge()'s, less what is no longer due; the spooled actions dropped).
+    A spooled drain waits for a run that still fails (a drain carried out after its fault
+    went would keep the node out for nothing, and for good: its resumability is that of
+    the findings that call for it); a reboot, requeue, cancel or release for an incident
+    a finding still names; a resume for a run that passes. Comments are history, kept."""
+    from ..core.model import FAIL
+    queue = merge(spooled, actions, max_age)
+    new = {_identity(a) for a in actions}
+    failing = [f for f in findings if f.severity == FAIL or f.job_action]
+    named = {f.incident or f.target for f in failing}
+    kept: list = []
+    gone: list = []
+    for a in queue:
+        if _identity(a) in new:
+            kept.append(a)
+            continue
+        if a.kind == "drain" and not a.replace_only:
+            ok = bool(failing)
+        elif a.kind in NEEDS_FAULT:
+            ok = any(i in named for i in (a.incident or "").split("+") if i) or (not a.incident and bool(failing))
+        elif a.kind == "resume":
+            ok = not failing
+        else:
+            ok = True
+        (kept if ok else gone).append(a)
+    return kept, gone

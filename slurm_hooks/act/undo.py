@@ -40,8 +40,9 @@ def undo(slurm: SlurmBackend, nodes: list[str], prefix: str, dry_run: bool = Fal
             # DOWN with our reason and no reboot behind it: DOWN by our own release
             # (act/actions.py _release), the admin's word brings it back.
             [result] = execute([Action("resume", node=node, down_ours=True)], slurm, prefix, dry_run=dry_run)
-            word = result.outcome.value if result.outcome.value != "done" else "resumed"
-            lines.append(f"{node}: {word}" + (f" ({result.message})" if result.message else ""))
+            word = {"done": "resumed", "dry-run": "would resume"}.get(result.outcome.value, result.outcome.value)
+            message = "" if result.outcome.value == "dry-run" else result.message
+            lines.append(f"{node}: {word}" + (f" ({message})" if message else ""))
             ok = ok and result.outcome.value in ("done", "dry-run", "skipped")
             continue
         if is_our_cause(comment):

@@ -54,6 +54,7 @@ class Code(str, Enum):
     NOT_HELD = "not_held"                  # down, release: Slurm holds the node for the job no more
     OTHER_JOBS = "other_jobs"              # down, release: another job is on the node: never set DOWN
     COMPLETING = "completing"              # start: the requeued job is still COMPLETING (a task cannot die)
+    UNSCHEDULED = "unscheduled"            # start: let go just now, not yet looked at by the scheduler
     START_ASKED = "start_asked"            # start: Slurm's requeue hold lifted (StartTime=now)
     HOLD_KEPT = "hold_kept"                # start: Slurm's requeue hold left to run (actions.restart_now off)
     USERS_BEGIN = "users_begin"            # start: the begin time is its user's: never started early
@@ -77,6 +78,7 @@ class Code(str, Enum):
     REBOOT_ISSUED = "reboot_issued"        # cancel_reboot: Slurm issued it already: it goes ahead
     WITHDRAWN = "withdrawn"                # cancel_reboot: our reboot, not yet issued, called off
     FAULT_SURVIVED_REBOOT = "fault_survived_reboot"  # no second reboot: no boot loop
+    FAULT_GONE = "fault_gone"              # a spooled action whose fault is gone by the run that could do it
 
     def __str__(self) -> str:
         return self.value

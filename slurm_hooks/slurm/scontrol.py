@@ -201,6 +201,15 @@ def parse_hold_lines(out: str) -> list[dict[str, str]]:
     return jobs
 
 
+def _on_network(path: str) -> bool:
+    from ..host.mounts import MountTable
+    try:
+        m = MountTable.current().holding(path)
+    except OSError:
+        return True
+    return m is not None and m.is_network
+
+
 def find_scontrol(bin_dir: str | None) -> str | None:
     """scontrol's path. Slurm often lives on a shared filesystem (/opt/slurm over NFS):
     a directory on a network mount is not even looked at here (access() there can hang
@@ -241,6 +250,10 @@ class Slurm(PrimedNodes):
         conf = cfg.conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = conf
+        # A slurm.conf named and missing: scontrol would retry it for 60 s, and every call
+        # of the run would look like a Slurm outage. Said at once instead. Only where the
+        # file would be on a local filesystem: a network one is never stat()ed here.
+        self.missing_conf = conf if conf and not _on_network(conf) and not os.path.exists(conf) else None
 
     # --- plumbing ------------------------------------------------------------------------
     def _beside(self, tool: str) -> str:
@@ -249,6 +262,9 @@ class Slurm(PrimedNodes):
         the hang-safe exec may touch it."""
         if self.scontrol is None:
             raise SlurmUnavailable(f"scontrol not found in {self.where}")
+        if self.missing_conf is not None:
+            raise SlurmNotConfigured(f"the Slurm configuration {self.missing_conf} does not exist (slurm-hooks' "
+                                     "`slurm: {conf: PATH}`, or SLURM_CONF): no Slurm call made")
         if self.down is not None:
             # slurmctld did not answer a moment ago: each new try would cost the
             # whole timeout again, and a health check has 60 s in all.
@@ -296,6 +312,8 @@ class Slurm(PrimedNodes):
         if self.running_version is None:
             if self.scontrol is None:
                 raise SlurmUnavailable(f"scontrol not found in {self.where}")
+            if self.missing_conf is not None:
+                self._beside("scontrol")          # says the configuration is missing
             out = self._exec([self.scontrol, "--version"]).stdout.split()
             if len(out) < 2 or not re.match(r"\d+\.\d+", out[-1]):
                 raise SlurmError(f"unexpected `scontrol --version` output: {' '.join(out)!r}")

@@ -174,3 +174,61 @@ def render_plan(plan: dict) -> list[str]:
     if plan.get("fusectl"):
         lines.append(plan["fusectl"])
     return lines
+
+
+def path_warnings(cfg) -> list[str]:
+    """What a run would use that is not here as written: `KEY: problem` for the Slurm
+    configuration file (scontrol waits 60 s for a missing one), and each directory a run
+    writes in or reads from: one that does not exist while its parent does is named (a
+    typo makes a run create a new directory, or find no site checks). Asked in hang-safe
+    children: any of them may be on a hung mount."""
+    from ..host.runner import DONE, Runner, Task
+    wanted: list[tuple[str, str, str]] = []        # (key, path, what it must be)
+    conf = cfg.slurm.conf or os.environ.get("SLURM_CONF")
+    if conf:
+        wanted.append(("slurm.conf" if cfg.slurm.conf else "SLURM_CONF", conf, "file"))
+    # The built-in places are made by the installer (and a first run): only a place the
+    # file names otherwise can be a typo.
+    from ..core.config import Config
+    if cfg.state_dir != Config.state_dir:
+        wanted.append(("state_dir", cfg.state_dir, "dir"))
+    if cfg.journal != Config.journal:
+        wanted.append(("journal", os.path.dirname(cfg.journal) or ".", "dir"))
+    if cfg.prometheus_textfile_dir and cfg.prometheus_textfile_dir != Config.prometheus_textfile_dir:
+        wanted.append(("prometheus_textfile_dir", cfg.prometheus_textfile_dir, "dir"))
+    site = getattr(cfg, "site_checks", None)
+    if site is not None and site.enabled != "false" and site.dir != "/etc/slurm-hooks/checks.d":
+        wanted.append(("site_checks.dir", site.dir, "sitedir"))
+    tasks = [Task(f"config-path:{i}", _kind_of, (path,), PATH_TIMEOUT) for i, (_, path, _) in enumerate(wanted)]
+    outcomes = Runner().run(tasks)
+    out = []
+    for i, (key, path, want) in enumerate(wanted):
+        o = outcomes[f"config-path:{i}"]
+        if o.status != DONE:
+            out.append(f"{key}: {path} did not answer within {PATH_TIMEOUT:g}s ({o.status}): the filesystem "
+                       "under it may be hung")
+            continue
+        kind, parent = o.value
+        if want == "file" and kind != "file":
+            out.append(f"{key}: {path} does not exist (or is not a file): scontrol would retry it for 60 s and "
+                       "every Slurm call of a run would fail")
+        elif want == "dir" and kind == "missing":
+            out.append(f"{key}: {path} does not exist" + (
+                f"; a run would create it in {os.path.dirname(path.rstrip('/'))} (a typo?)" if parent
+                else " and neither does its parent: a run could not write there"))
+        elif want in ("dir", "sitedir") and kind not in ("dir", "missing"):
+            out.append(f"{key}: {path} is not a directory")
+        elif want == "sitedir" and kind == "missing":
+            out.append(f"{key}: {path} does not exist: no site check would run (a typo?)")
+    return out
+
+
+def _kind_of(progress, path: str) -> tuple[str, bool]:
+    """("file" | "dir" | "other" | "missing", whether its parent directory exists)."""
+    progress("stat")
+    parent = os.path.isdir(os.path.dirname(path.rstrip("/")) or "/")
+    if os.path.isdir(path):
+        return "dir", parent
+    if os.path.isfile(path):
+        return "file", parent
+    return ("other" if os.path.lexists(path) else "missing"), parent

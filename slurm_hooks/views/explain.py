@@ -60,6 +60,9 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10, inciden
         lines.append(f"mount: {i.line()}" + (" (answered)" if i.answered else ""))
         lines += [f"  {_when(t)} {what}" for t, what in i.steps]
     shown = _last(mine, runs)
+    if not mine:
+        lines.append("no run of slurm-hooks on this node in the journal yet: the health check may not have run "
+                     "(slurm.conf's HealthCheckProgram and HealthCheckInterval), or writes another journal")
     lines.append(f"last {len(shown)} runs:")
     for r in shown:
         lines.append(_run_line(r))
