@@ -404,7 +404,7 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
 
     from .checks._config import load_config
     from .core import config
-    from .views.configcheck import path_warnings, probe_plan, probe_warnings, render_plan
+    from .views.configcheck import path_check, probe_plan, probe_warnings, render_plan
     if path is None:
         from .checks._config import default_config
         text = "no configuration file given or found; the built-in defaults are in use"
@@ -422,19 +422,23 @@ def _config_check(path: str | None, strict: bool, as_json: bool) -> int:
             print(json.dumps({"file": path, "ok": False, "problems": e.problems, "warnings": []}, indent=2))
         print(f"slurm-hooks: configuration error:\n{e}", file=sys.stderr)
         return EXIT_USAGE
-    warnings = probe_warnings(path) + [f"{path}: {w}" for w in path_warnings(cfg)]
+    found, notes = path_check(cfg)
+    warnings = probe_warnings(path) + [f"{path}: {w}" for w in found]
     ok = not (strict and warnings)
     plan = probe_plan(cfg)
     clock = _requeue_clock(cfg)
     if as_json:
         print(json.dumps({"file": path, "ok": ok, "problems": warnings if strict else [],
-                          "warnings": [] if strict else warnings, "plan": plan, "requeue_clock": clock}, indent=2))
+                          "warnings": [] if strict else warnings, "notes": notes, "plan": plan,
+                          "requeue_clock": clock}, indent=2))
     else:
         label = "error" if strict else "warning"
         for w in warnings:
             print(f"{label}: {w}", file=sys.stderr)
         print(f"{path}: OK" + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
               if ok else f"{path}: {len(warnings)} error{'s' * (len(warnings) != 1)} (--strict)")
+        if notes:
+            print("\n".join(f"note: {n}" for n in notes))
         # What this node's runs will probe, and why: seen before the first drain.
         print("\n".join(render_plan(plan)))
         print("\n".join(clock))

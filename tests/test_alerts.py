@@ -267,3 +267,29 @@ def test_drained_node_and_the_breaker_on_the_cluster(clean_cluster, tmp_path):
              "exp_alerts": [alert("SlurmHooksDrainBreakerOpen",
                                   "slurm-hooks drain-storm breaker is holding back drains of 1 node(s)")]},
         ]}])
+
+
+def test_a_configuration_that_does_not_load_alerts_at_once(tmp_path):
+    """A run that cannot load its configuration says so in the node's textfile (the
+    directory the broken file names), and the alert fires at the next evaluation; the
+    next good run clears it."""
+    from promseries import SLURM_HOOKS, Node, parse
+    node = Node("cfg1", tmp_path / "cfg1")
+    good = node.config.read_text()
+    node.config.write_text(good + "filesystem_defaults: {timeout: soon}\n")
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(node.config), "healthcheck"], capture_output=True, text=True,
+                       timeout=60, env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "cfg1"})
+    assert "configuration error" in r.stderr, r.stderr
+    broken = parse((node.textfile_dir / "slurm_hooks_cfg1.prom").read_text())
+    assert [(s.name, s.value) for s in broken if s.name == "slurm_hooks_config_ok"] == [("slurm_hooks_config_ok", 0.0)]
+    node.config.write_text(good)
+    fixed = node.healthcheck()
+    assert [s.value for s in fixed if s.name == "slurm_hooks_config_ok"] == [1.0]
+    promtool_test(tmp_path, [{
+        "interval": "1m", "input_series": input_series([(0, broken), (5, fixed)], "cfg1", 8),
+        "alert_rule_test": [
+            {"eval_time": "1m", "alertname": "SlurmHooksConfigBroken",
+             "exp_alerts": [alert("SlurmHooksConfigBroken", "slurm-hooks on node cfg1 cannot load its configuration",
+                                  hook="healthcheck", **scrape_labels("cfg1"))]},
+            {"eval_time": "6m", "alertname": "SlurmHooksConfigBroken", "exp_alerts": []},
+        ]}])

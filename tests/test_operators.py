@@ -76,6 +76,25 @@ def test_prometheus_textfile_parses_with_the_official_client(node, tmp_path, hun
     assert not [p for p in node.prom.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_probe_still_hung_reports_its_deadline_and_this_runs_time(node, tmp_path, hung_mount):
+    """The latency of a hung probe is its deadline (the metric's help says so), and the
+    check's duration is this run's, not the age of the probe left stuck by a run before."""
+    import time
+    node.configure([{"path": str(hung_mount.path)}])
+    assert node.run("healthcheck").returncode == 1
+    time.sleep(3)
+    t0 = time.monotonic()
+    assert node.run("healthcheck").returncode == 1
+    took = time.monotonic() - t0
+    [prom] = list(node.prom.iterdir())
+    fams = families(prom.read_text())
+    latency = {s.labels["path"]: s.value for s in fams["slurm_hooks_filesystem_probe_latency_seconds"].samples}
+    assert latency[str(hung_mount.path)] == 1.0, latency
+    duration = {s.labels["check"]: s.value for s in fams["slurm_hooks_check_duration_seconds"].samples}
+    assert duration["filesystem"] <= took, (duration, took)
+    assert "still hung since" in json.loads(node.log.read_text().splitlines()[-1])["checks"][0]["findings"][0]["detail"]
+
+
 def test_journal_has_run_and_action_lines_and_rotates(node, tmp_path, hung_mount):
     node.configure([{"path": str(hung_mount.path)}], journal_max_bytes=8192, journal_keep=3)
     for _ in range(6):
@@ -106,6 +125,16 @@ def test_syslog_lines(node, tmp_path, hung_mount):
     assert got[0].endswith(f"healthcheck opsnode unhealthy: fs {hung_mount.path} hung >1s (create, fuse.fusefs)")
     # The report's word: failed for want of Slurm, kept in the spool for the next run.
     assert got[1].startswith("<155>") and "spooled: drain node opsnode" in got[1]   # error (3)
+
+
+def test_syslog_without_a_socket_is_a_warning(node, tmp_path):
+    missing = tmp_path / "nolog"
+    (tmp_path / "scratch").mkdir()
+    node.configure([{"path": str(tmp_path / "scratch"), "mountpoint": str(tmp_path / "not-mounted")}], syslog=True,
+                   syslog_socket=str(missing))
+    r = node.run("healthcheck", "--json")
+    rec = json.loads(r.stdout)
+    assert any(f"syslog: {missing} does not exist" in w for w in rec["warnings"]), rec["warnings"]
 
 
 def test_explain_shows_the_diagnosis_behind_the_drain(node, tmp_path, hung_mount):

@@ -322,8 +322,10 @@ def run_checks(ctx: Context, names: list[str]) -> list[CheckRun]:
             findings.append(Finding(check=check.name, target=check.name, status="unknown",
                                     severity=WARN, summary=f"{check.name} check crashed: {last}",
                                     detail=error))
+        # A child still stuck from an earlier run cost this run nothing: its age is not
+        # this check's time (its elapsed counts from the earlier run's start).
         task_time = max((o.elapsed for k, o in outcomes.items()
-                         if k.startswith(check.name + ":")), default=0.0)
+                         if k.startswith(check.name + ":") and o.status != "still_hung"), default=0.0)
         runs.append(CheckRun(name=check.name, findings=findings,
                              seconds=spent[check.name] + time.monotonic() - t0 + task_time,
                              error=error))

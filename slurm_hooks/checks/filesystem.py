@@ -622,7 +622,9 @@ class FilesystemCheck:
         ev = dict(where, pid=o.pid, elapsed=round(o.elapsed, 6))
         if o.status in (HUNG, STILL_HUNG):
             step = o.step or t.mode
-            ev.update(step=step, since=o.since)
+            # The latency of a hung probe is its deadline (the metric's word), whatever
+            # time has passed since the probe that is still stuck started.
+            ev.update(step=step, since=o.since, latency=float(t.timeout))
             detail = o.error
             if o.status == STILL_HUNG:
                 stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(o.since))

@@ -390,7 +390,18 @@ def config_path(explicit: str | None) -> str | None:
 def journal_of(path: str | None) -> str:
     """The journal a broken configuration file names, if it names one plainly (an
     absolute path at the top level), else the default: where its error is journalled."""
-    default = Config.journal
+    return plain_path(path, "journal", Config.journal) or Config.journal
+
+
+def textfile_dir_of(path: str | None) -> str | None:
+    """The metrics directory a broken configuration file names plainly (null: none),
+    else the default: where `slurm_hooks_config_ok 0` is written."""
+    return plain_path(path, "prometheus_textfile_dir", Config.prometheus_textfile_dir)
+
+
+def plain_path(path: str | None, key: str, default):
+    """A top-level absolute path (or null) a configuration file gives `key`, read plainly
+    whether or not the file validates; `default` where it gives none."""
     if not path:
         return default
     try:
@@ -399,7 +410,11 @@ def journal_of(path: str | None) -> str:
             doc = yaml.load(f.read(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except Exception:       # unreadable or not YAML: the default it is
         return default
-    value = doc.get("journal") if isinstance(doc, dict) else None
+    if not isinstance(doc, dict) or key not in doc:
+        return default
+    value = doc[key]
+    if value is None:
+        return None
     return value if isinstance(value, str) and value.startswith("/") else default
 
 

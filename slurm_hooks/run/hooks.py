@@ -164,4 +164,21 @@ def config_error(hook: str, error, path: str | None = None) -> int:
                                             "status": "config_error", "error": str(error)})
     if err:
         report_local(defaults, hook, [err])
+    _config_error_metrics(hook, path)
     return behaviour(hook).config_error_exit
+
+
+def _config_error_metrics(hook: str, path: str | None) -> None:
+    """`slurm_hooks_config_ok 0` in the node's textfile (the directory the broken file
+    names plainly, else the default), where the directory is there and safe: the
+    health check only, which owns the node's textfile."""
+    if hook != "healthcheck":
+        return
+    from ..core.config import textfile_dir_of
+    from ..sinks import metrics
+    directory = textfile_dir_of(path)
+    if not directory or metrics.directory_problem(directory) is not None:
+        return
+    import socket
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    metrics.write(directory, node, metrics.render_config_error(node, hook, time.time()))

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 # The run's own series; each check adds its own (its class's `series`), in between.
 _HEAD = {
+    "slurm_hooks_config_ok": ("gauge", "1 when the last run loaded its configuration; 0 when it could not "
+                              "(nothing was checked: `slurm-hooks config check` says why)."),
     "slurm_hooks_healthy": ("gauge", "1 when the last run found the node healthy (warnings allowed), else 0."),
     "slurm_hooks_drained": ("gauge", "1 while slurm-hooks holds the node drained (its reason as a label), else 0."),
     "slurm_hooks_check_status": ("gauge", "Worst verdict of a check in the last run: 0 ok, 1 warning, 2 failing."),
@@ -99,6 +101,7 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
     def add(name, value, **labels):
         samples[name].append(({"node": node, **labels}, value))
 
+    add("slurm_hooks_config_ok", 1, hook=hook)
     add("slurm_hooks_healthy", 0 if record.status == "unhealthy" else 1, hook=hook)
     add("slurm_hooks_drained", 1 if drained else 0, reason=drained or "")
     for c in record.checks:
@@ -138,6 +141,18 @@ def render(record: RunRecord, counters: dict, last_success: float | None, draine
             # repr: every digit. `:g` kept six, which put timestamps up to ~80 min off.
             out.append(f"{name}{_labels(labels)} {value!r}" if isinstance(value, float) else
                        f"{name}{_labels(labels)} {value}")
+    return "\n".join(out) + "\n"
+
+
+def render_config_error(node: str, hook: str, started: float) -> str:
+    """The textfile of a run that could not load its configuration: it checked nothing,
+    and says so at once (an alert on `slurm_hooks_config_ok == 0`), instead of leaving
+    the last good run's series to go stale."""
+    out = []
+    for name, value in (("slurm_hooks_config_ok", 0), ("slurm_hooks_last_run_timestamp_seconds", round(started, 3))):
+        kind, text = (_HEAD | _TAIL)[name]
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}",
+                f"{name}{_labels({'node': node, 'hook': hook})} {value!r}"]
     return "\n".join(out) + "\n"
 
 

@@ -32,6 +32,9 @@ def record_run(cfg: Config, record: RunRecord) -> None:
     # A prolog or epilog writes no textfile: it only adds its actions to the counters
     # the health check's textfile carries. Without actions it has nothing to keep.
     metrics_ok = bool(record.actions or behaviour(record.hook).writes_metrics) and _metrics_directory(cfg, record)
+    if cfg.syslog and (record.status != HEALTHY or record.actions) and not _socket_there(cfg.syslog_socket):
+        record.warnings.append(f"syslog: {cfg.syslog_socket} does not exist (no syslog daemon listens): nothing "
+                               "was sent to syslog; the journal has it all (or set syslog: false)")
     run = dict(record.to_json(), event="run")
     actions = [dict(r.to_json(), event="action", time=run["time"], node=record.node, hook=record.hook,
                     run_job=record.job) for r in record.actions]
@@ -47,6 +50,16 @@ def record_run(cfg: Config, record: RunRecord) -> None:
         send(lines_for(record), cfg.syslog_socket, cfg.syslog_facility)
     if record.local_errors:
         report_local(cfg, record.hook, record.local_errors)
+
+
+def _socket_there(path: str) -> bool:
+    """Whether syslog's socket exists (/dev/log: local, an lstat cannot hang)."""
+    import os
+    import stat
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _metrics_directory(cfg: Config, record: RunRecord) -> bool:

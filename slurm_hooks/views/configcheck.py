@@ -177,6 +177,11 @@ def render_plan(plan: dict) -> list[str]:
 
 
 def path_warnings(cfg) -> list[str]:
+    """The warnings of path_check()."""
+    return path_check(cfg)[0]
+
+
+def path_check(cfg) -> tuple[list[str], list[str]]:
     """What a run would use that is not here as written: `KEY: problem` for the Slurm
     configuration file (scontrol waits 60 s for a missing one), and each directory a run
     writes in or reads from: one that does not exist while its parent does is named (a
@@ -201,7 +206,8 @@ def path_warnings(cfg) -> list[str]:
         wanted.append(("site_checks.dir", site.dir, "sitedir"))
     tasks = [Task(f"config-path:{i}", _kind_of, (path,), PATH_TIMEOUT) for i, (_, path, _) in enumerate(wanted)]
     outcomes = Runner().run(tasks)
-    out = []
+    out: list[str] = []
+    notes: list[str] = []
     for i, (key, path, want) in enumerate(wanted):
         o = outcomes[f"config-path:{i}"]
         if o.status != DONE:
@@ -212,15 +218,17 @@ def path_warnings(cfg) -> list[str]:
         if want == "file" and kind != "file":
             out.append(f"{key}: {path} does not exist (or is not a file): scontrol would retry it for 60 s and "
                        "every Slurm call of a run would fail")
+        elif want == "dir" and kind == "missing" and parent:
+            # Its parent is there: a run makes it. Named, so that a typo is seen.
+            notes.append(f"{key}: {path} does not exist yet: the first run creates it in "
+                         f"{os.path.dirname(path.rstrip('/'))}")
         elif want == "dir" and kind == "missing":
-            out.append(f"{key}: {path} does not exist" + (
-                f"; a run would create it in {os.path.dirname(path.rstrip('/'))} (a typo?)" if parent
-                else " and neither does its parent: a run could not write there"))
+            out.append(f"{key}: {path} does not exist and neither does its parent: a run could not write there")
         elif want in ("dir", "sitedir") and kind not in ("dir", "missing"):
             out.append(f"{key}: {path} is not a directory")
         elif want == "sitedir" and kind == "missing":
             out.append(f"{key}: {path} does not exist: no site check would run (a typo?)")
-    return out
+    return out, notes
 
 
 def _kind_of(progress, path: str) -> tuple[str, bool]:
