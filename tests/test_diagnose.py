@@ -234,3 +234,18 @@ def test_a_rank_spinning_on_a_crowded_node_is_busy_not_waiting():
     assert what(80.0)[0].startswith("rank 1 on n1 busy in allreduce")
     # A node's document is read like user text: a figure that is not a number is none.
     assert what("99", "100")[0].startswith("rank 1 on n1 waiting in allreduce")
+
+
+def test_a_batch_script_that_runs_python_itself_shows_python_not_the_shell():
+    """No srun: the batch shell and the program it runs both carry SLURM_PROCID=0. The
+    program is the rank (its data-loader children are not ranks again); the shell is no
+    rank (its parent, slurmstepd, is no task of the job)."""
+    shell = dict(task(500, "0", [thread(500, "S", [], syscall="wait4", wchan="do_wait")], step="batch"),
+                 comm="slurm_script", ppid=1)
+    worker = dict(task(501, "0", [thread(501, "S", ALLREDUCE)], step="batch"), ppid=500)
+    loader = dict(task(502, "0", [thread(502, "S", ["__next__ (dataloader.py:9)"])], step="batch"), ppid=501)
+    d = aggregate("7", ["n1"], [{"node": "n1", "job": "7", "tasks": [shell, worker, loader], "notes": []}], {})
+    [g] = d.groups
+    assert [(m.pid, m.comm) for m in g.members] == [(501, "python3")], d.summary
+    assert "slurm_script" not in d.summary and "wait4" not in d.summary, d.summary
+    assert d.others == 2

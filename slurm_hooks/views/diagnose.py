@@ -444,6 +444,13 @@ def _ranks(report: dict, steps_ranked: bool, runtime_ranked: bool = False) -> tu
         ranked = [t for t in tasks if t.get("rank") is not None
                   and not (steps_ranked and t.get("step") == "batch")]
     if ranked:
+        # The batch script's shell is no rank: where the script runs the program itself
+        # (no srun), the shell and the program both carry SLURM_PROCID=0, and the program
+        # is the rank. The shell is the batch step's top task (its parent is slurmstepd)
+        # with a ranked child.
+        shells = {t["pid"] for t in ranked if t.get("step") == "batch" and t.get("ppid") not in by_pid
+                  and any(o.get("ppid") == t["pid"] for o in ranked)}
+        ranked = [t for t in ranked if t["pid"] not in shells]
         # A parent counts only as a rank itself: orted's SLURM_PROCID equals its rank's.
         ids = {t["pid"] for t in ranked}
         top = [t for t in ranked if not (t.get("ppid") in ids and by_pid[t["ppid"]].get("rank") == t["rank"])]
