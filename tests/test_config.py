@@ -233,3 +233,11 @@ def test_config_check_names_fusectl_where_it_matters():
     f.recover = RecoverConfig(method="fuse-abort")
     cfg.filesystems[:] = [f]
     assert "before a fuse-abort recovery needs it" in probe_plan(cfg, MountTable(parse_mountinfo(root)))["fusectl"]
+
+
+def test_an_unclosed_bracket_or_quote_is_named_where_it_opens(tmp_path):
+    got = problems(tmp_path, "state_dir: /tmp/x\nfilesystems:\n  - path: /tmp\n    timeout: [1\nsyslog: false\n")
+    assert got == ["x.yaml:4: not valid YAML: while parsing a flow sequence that starts here: did not find "
+                   "expected ',' or ']' (line 5)"], got
+    got = problems(tmp_path, 'state_dir: "/tmp/x\nsyslog: false\n')
+    assert got[0].startswith("x.yaml:1: not valid YAML: while scanning a quoted scalar that starts here"), got

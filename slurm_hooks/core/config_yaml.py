@@ -24,8 +24,16 @@ def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mo
         root = yaml.compose(text, Loader=loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
+        # Where the parser gave up is often the line after the mistake (an unclosed
+        # bracket or quote is found out on the next line): the construct it was in
+        # began at the context mark, which is where the admin must look.
+        context = getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or str(e)
+        if context is not None and mark is not None and context.line < mark.line:
+            what = getattr(e, "context", None) or "the construct"
+            raise ConfigError([f"{path}:{context.line + 1}: not valid YAML: {what} that starts here: {problem} "
+                               f"(line {mark.line + 1})"]) from None
+        where = f"{path}:{mark.line + 1}" if mark else path
         raise ConfigError([f"{where}: not valid YAML: {problem}"]) from None
     v = _Validator(path, yaml, mount_kind=mount_kind, sections=sections)
     if root is None or (isinstance(root, yaml.ScalarNode) and root.value in ("", "~", "null")):
