@@ -29,7 +29,11 @@ def loads(text: bytes | str, path: str = "<string>", node: str | None = None, mo
         # began at the context mark, which is where the admin must look.
         context = getattr(e, "context_mark", None)
         problem = getattr(e, "problem", None) or str(e)
-        if context is not None and mark is not None and context.line < mark.line:
+        opened = str(getattr(e, "context", "") or "")
+        # Only for what is closed by a bracket or a quote: a block mapping's start says
+        # nothing of a wrong indentation further down.
+        if context is not None and mark is not None and context.line < mark.line and \
+                ("flow" in opened or "quoted" in opened):
             what = getattr(e, "context", None) or "the construct"
             raise ConfigError([f"{path}:{context.line + 1}: not valid YAML: {what} that starts here: {problem} "
                                f"(line {mark.line + 1})"]) from None
