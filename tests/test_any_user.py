@@ -38,6 +38,11 @@ def test_an_ordinary_user_reads_what_it_may_and_is_told_what_needs_root():
             # Why: slurmd runs the hooks as root; resume changes node states.
             why = "it changes node states in Slurm" if command == "resume" else "slurmd runs it as root"
             assert f"needs root ({why})" in r.stderr, r.stderr
+        # A look as the user: root's state is said once, as a note, never as a failure.
+        r = slurm_hooks("check", "--json")
+        rec = json.loads(r.stdout)
+        assert not [e for e in rec.get("local_errors", []) + rec.get("warnings", []) if "state file" in e], rec
+        assert sum("slurm-hooks' state" in n and "is root's" in n for n in rec["notes"]) == 1, rec["notes"]
         r = slurm_hooks("explain")
         assert r.returncode == 2, r.stdout + r.stderr
         assert r.stderr.startswith(f"slurm-hooks explain: cannot read {log} as {user.name}"), r.stderr

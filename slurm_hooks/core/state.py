@@ -13,6 +13,7 @@ the hysteresis counts, not a file set aside).
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
 class StateError(LocalError):
     """Local state could not be read or written (a full, read-only or missing disk)."""
 
+    def __init__(self, message: str, denied: bool = False):
+        super().__init__(message)
+        self.denied = denied                # permission: another user's state
+
 
 class StateStore:
     def __init__(self, directory: str, staged: bool = False):
@@ -36,6 +41,7 @@ class StateStore:
         self.staged = staged
         self.warnings: list[str] = []
         self.errors: list[str] = []      # our own local failures (core/errors.py): reported, never raised
+        self.notes: list[str] = []       # what a look by a non-root user cannot read (root's state): no failure
         self._made = False
         self._pending: dict[str, Optional[tuple[bytes, bool]]] = {}   # name -> (data, durable); None: delete
         self._corrupt: list[str] = []
@@ -64,6 +70,11 @@ class StateStore:
         except FileNotFoundError:
             return expect()
         except OSError as e:
+            if e.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0:
+                # A look (check, --dry-run) by a user other than root: root's state is
+                # root's; said once, not a failure of the node.
+                self._root_only()
+                return expect()
             self._failed(f"state file {path} not readable: {e.strerror or e}; starting afresh")
             return expect()
         try:
@@ -128,8 +139,16 @@ class StateStore:
             op(*args)
             return True
         except StateError as e:
-            self._failed(str(e))
+            if e.denied and os.geteuid() != 0:
+                self._root_only()           # a look by another user: root's state is root's
+            else:
+                self._failed(str(e))
             return False
+
+    def _root_only(self) -> None:
+        note = f"slurm-hooks' state ({self.directory}) is root's: this look as uid {os.geteuid()} runs without it"
+        if note not in self.notes:
+            self.notes.append(note)
 
     def _unlink(self, name: str) -> None:
         try:
@@ -137,7 +156,8 @@ class StateStore:
         except FileNotFoundError:
             pass
         except OSError as e:
-            raise StateError(f"state file {self.path(name)} not removed: {e.strerror or e}") from None
+            raise StateError(f"state file {self.path(name)} not removed: {e.strerror or e}",
+                             denied=e.errno in (errno.EACCES, errno.EPERM)) from None
 
     def _write(self, name: str, data: bytes, durable: bool) -> None:
         path = self.path(name)
@@ -159,7 +179,8 @@ class StateStore:
                 os.unlink(tmp)
             except OSError:
                 pass
-            raise StateError(f"state file {path} not written: {e.strerror or e}") from None
+            raise StateError(f"state file {path} not written: {e.strerror or e}",
+                             denied=e.errno in (errno.EACCES, errno.EPERM)) from None
 
 
 def state_dir(cfg: Config, node: str) -> str:

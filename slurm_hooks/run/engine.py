@@ -79,6 +79,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     reap_finished()
     if ctx.behaviour.commits and not dry_run:
         state.commit()
+    record.notes += [n for n in state.notes if n not in record.notes]
     record.warnings = state.warnings + children.warnings
     record.local_errors = state.errors + children.errors
     if cfg.cache_error:
