@@ -324,7 +324,9 @@ def _explain(args) -> int:
     # A mistyped --node must not read as "healthy, not drained". Runs that could not
     # read their configuration name no node: this host's, so only without --node.
     if not drain and not named and (args.node is not None or not node_runs(records, node)):
-        msg = f"no run of node {node} in the journal {path}, and no drain recorded for it"
+        msg = (f"no run of node {node} in the journal {path} yet, and no drain recorded for it: the health "
+               "check may not have run yet (slurm.conf's HealthCheckProgram and HealthCheckInterval), or the "
+               "node has another name")
         if args.json:
             _json_error("explain", msg)
         print(f"slurm-hooks explain: {msg}", file=sys.stderr)
@@ -333,7 +335,7 @@ def _explain(args) -> int:
         doc = dict(explain_json(records, node, drain, args.runs, incidents), journal=path)
         print(json.dumps(doc, indent=2, default=str))
     else:
-        print(explain(records, node, drain, args.runs, incidents))
+        print(explain(records, node, drain, args.runs, incidents, report_only=cfg.actions.report_only))
     return EXIT_OK
 
 

@@ -90,3 +90,17 @@ def test_resume_dry_run_says_what_it_would_do():
     lines, ok = undo(slurm, ["n1"], "slurm-hooks:", dry_run=True)
     assert lines == ["n1: would resume"] and ok
     assert "DRAIN" in slurm.node_state("n1")["State"]
+
+
+def test_scope_and_auto_resume_are_said_only_where_they_apply():
+    from slurm_hooks.views.explain import explain
+    reason = "site drill2 critical [slurm-hooks]"
+    run = {"event": "run", "node": "n1", "time": "T1", "hook": "healthcheck", "status": "unhealthy", "notes": [],
+           "checks": [{"name": "site", "findings": [{"check": "site", "severity": "fail", "summary": "site drill2"}]}],
+           "actions": [{"kind": "drain", "node": "n1", "reason": reason, "outcome": "done", "result": "done"}]}
+    drain = {"reason": reason, "resumable": True, "passes": 0, "at": 1.7e9}
+    out = explain([run], "n1", drain)
+    assert "scope: this node (site: no mount behind it)" in out and "mount's recovery" not in out, out
+    assert "auto-resume: yes" in out
+    out = explain([run], "n1", drain, report_only=True)
+    assert "auto-resume: no: report-only (actions.report_only) resumes nothing" in out, out

@@ -28,7 +28,13 @@ def node_runs(records: list[dict], node: str) -> list[dict]:
 SHARED_SCOPE = ("outage of ", "storage restart: ")
 
 
-def explain(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None) -> str:
+# The checks whose findings have a mount behind them: only their drains have a scope
+# (this node's, or the storage's) and a mount's recovery.
+MOUNT_CHECKS = ("filesystem", "stuck_tasks")
+
+
+def explain(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None,
+            report_only: bool = False) -> str:
     """`incidents`: the mounts' incidents the health check keeps (decide/mount_incident.py):
     each one's story, step by step, is told after the drain."""
     mine = node_runs(records, node)
@@ -37,18 +43,27 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10, inciden
         decided = _deciding_run(mine, drain.get("reason", ""))
         lines.append(f"{_who_drained(decided, drain.get('reason', ''))} since {_when(drain.get('at'))}: "
                      f"{drain.get('reason')}")
-        lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
-                                         f"{drain.get('passes', 0)})" if drain.get("resumable")
-                                         else "no: the cause needs a reboot or a human"))
+        if report_only:
+            lines.append("  auto-resume: no: report-only (actions.report_only) resumes nothing; "
+                         "`slurm-hooks resume` does")
+        else:
+            lines.append("  auto-resume: " + ("yes, after passing runs (passed so far: "
+                                             f"{drain.get('passes', 0)})" if drain.get("resumable")
+                                             else "no: the cause needs a reboot or a human"))
         # The scope: this node's fault, or the storage's outage or restart
         # (decide/mount_incident.py), as the latest run found it; jobs first, then the
         # mount, then the node. (The last failing run's word: passing runs after it say
         # nothing of the cause.)
         failing: dict = next((r for r in reversed(mine) if r.get("status") == "unhealthy"), {})
         scope = [n for n in failing.get("notes", []) if str(n).startswith(SHARED_SCOPE)]
-        lines.append("  scope: " + ("; ".join(scope) + ": the storage's, not this node's (no reboot or recovery "
+        checks = {f.get("check") for c in (decided or failing).get("checks", []) for f in c.get("findings", [])
+                  if f.get("severity") == "fail"}
+        if checks and not checks & set(MOUNT_CHECKS):
+            lines.append(f"  scope: this node ({', '.join(sorted(str(c) for c in checks))}: no mount behind it)")
+        else:
+            lines.append("  scope: " + ("; ".join(scope) + ": the storage's, not this node's (no reboot or recovery "
                                     "for it; the jobs wait for it, the node resumes once it answers)" if scope
-                                    else "this node (jobs first, then the mount's recovery, then a reboot)"))
+                                        else "this node (jobs first, then the mount's recovery, then a reboot)"))
         if decided is not None:
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
