@@ -65,34 +65,15 @@ def test_prometheus_textfile_parses_with_the_official_client(node, tmp_path, hun
                if s.name == "slurm_hooks_actions_total"}
     assert actions == {("drain", "failed"): 1.0}
     assert fams["slurm_hooks_actions"].type == "counter"
-    # A healthy run later: success time; the spooled drain was tried again and counted.
+    # A healthy run later: success time; the spooled drain, its fault gone, dropped and counted.
     node.configure([{"path": str(odd)}])
     assert node.run("healthcheck").returncode == 0
     fams = families(prom.read_text())
     assert fams["slurm_hooks_healthy"].samples[0].value == 1.0
     assert fams["slurm_hooks_last_success_timestamp_seconds"].samples[0].value > 0
     assert {(s.labels["kind"], s.labels["outcome"]): s.value for s in fams["slurm_hooks_actions"].samples
-            if s.name.endswith("_total")} == {("drain", "failed"): 2.0}
+            if s.name.endswith("_total")} == {("drain", "failed"): 1.0, ("drain", "skipped"): 1.0}
     assert not [p for p in node.prom.iterdir() if p.name.endswith(".tmp")]
-
-
-def test_a_probe_still_hung_reports_its_deadline_and_this_runs_time(node, tmp_path, hung_mount):
-    """The latency of a hung probe is its deadline (the metric's help says so), and the
-    check's duration is this run's, not the age of the probe left stuck by a run before."""
-    import time
-    node.configure([{"path": str(hung_mount.path)}])
-    assert node.run("healthcheck").returncode == 1
-    time.sleep(3)
-    t0 = time.monotonic()
-    assert node.run("healthcheck").returncode == 1
-    took = time.monotonic() - t0
-    [prom] = list(node.prom.iterdir())
-    fams = families(prom.read_text())
-    latency = {s.labels["path"]: s.value for s in fams["slurm_hooks_filesystem_probe_latency_seconds"].samples}
-    assert latency[str(hung_mount.path)] == 1.0, latency
-    duration = {s.labels["check"]: s.value for s in fams["slurm_hooks_check_duration_seconds"].samples}
-    assert duration["filesystem"] <= took, (duration, took)
-    assert "still hung since" in json.loads(node.log.read_text().splitlines()[-1])["checks"][0]["findings"][0]["detail"]
 
 
 def test_journal_has_run_and_action_lines_and_rotates(node, tmp_path, hung_mount):

@@ -172,7 +172,7 @@ def _config_error_metrics(hook: str, path: str | None) -> None:
     """`slurm_hooks_config_ok 0` in the node's textfile (the directory the broken file
     names plainly, else the default), where the directory is there and safe: the
     health check only, which owns the node's textfile."""
-    if hook != "healthcheck":
+    if not behaviour(hook).writes_metrics:
         return
     from ..core.config import textfile_dir_of
     from ..sinks import metrics
