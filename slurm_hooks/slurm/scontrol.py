@@ -333,8 +333,9 @@ class Slurm(PrimedNodes):
         """Every job's record Slurm still holds, for `status`."""
         return parse_job_lines(self._squeue().stdout)
 
-    def _squeue(self, *args: str) -> CommandResult:
-        return self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--Format={JOB_FORMAT}", *args])
+    def _squeue(self, *args: str, states: str = "all", fmt: str = JOB_FORMAT) -> CommandResult:
+        return self._exec([self._beside("squeue"), "--noheader", "--all", f"--states={states}", f"--Format={fmt}",
+                           *args])
 
     def _show_node(self, name: str) -> dict[str, str] | None:
         """`scontrol -o show node NAME` as a dict; None when Slurm knows no such node."""
@@ -416,16 +417,13 @@ class Slurm(PrimedNodes):
     def jobs_on(self, node: str) -> list[dict[str, str]]:
         """The jobs Slurm has on `node` (running, completing, suspended): squeue filters
         on the node in slurmctld's answer, one job-list load."""
-        out = self._exec([self._beside("squeue"), "--noheader", "--all", f"--states={ON_NODE_STATES}",
-                          f"--nodelist={node}", f"--Format={JOB_FORMAT}"]).stdout
-        return parse_job_lines(out)
+        return parse_job_lines(self._squeue(f"--nodelist={node}", states=ON_NODE_STATES).stdout)
 
     def job_hold(self, job: str) -> dict[str, str] | None:
         """Where `job` stands in the queue (JobState, EligibleTime, SubmitTime, Reason),
         None when Slurm does not know it."""
         try:
-            out = self._exec([self._beside("squeue"), "--noheader", "--all", "--states=all", f"--jobs={job}",
-                              f"--Format={HOLD_FORMAT}"]).stdout
+            out = self._squeue(f"--jobs={job}", fmt=HOLD_FORMAT).stdout
         except SlurmUnavailable:
             raise
         except SlurmError as e:
