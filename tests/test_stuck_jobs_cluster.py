@@ -209,12 +209,13 @@ def test_unkillable_task_gets_the_node_rebooted(clean_cluster, stuck_mount, tmp_
     # holds it COMPLETING while the task lives, until slurm-hooks sets it DOWN.
     cluster.wait_for(marker.exists, 40, what="RebootProgram run by slurmd")
     if not cluster.version.startswith("22."):
-        # The run that set it DOWN writes its journal line after doing so: the release
-        # of the requeued job's node (actions.release_node) in the run that asked for the
-        # reboot, or the DOWN of a node still held for it (actions.release_after).
+        # The run that set it DOWN writes its journal line after doing so: with our
+        # reboot pending, the node's release waits for the reboot's own (release_after),
+        # which leaves time to withdraw the reboot.
         downs = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n3") for a in r["actions"]
                                           if a["kind"] in ("release", "down") and a["outcome"] == "done"],
                                  10, what="the DOWN run's journal line")
+        assert [a["kind"] for a in downs] == ["down"], downs
         assert [a["code"] for a in downs] == ["released"], downs
         assert downs[0]["reason"] == reboot_action["reason"]
     requeues = [a for r in journal(tmp_path, "n3") for a in r["actions"] if a["kind"] == "requeue"

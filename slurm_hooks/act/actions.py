@@ -61,7 +61,7 @@ TERMINAL = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 ENDED_CODES = frozenset({Code.NONE, Code.CANCELLED_INSTEAD, Code.JOB_ENDED, Code.JOB_QUEUED})
 # Skipped for now, asked again by the next run: not yet the moment (the ledger keeps no
 # entry for them).
-WAITING = frozenset({Code.JOB_RUNNING, Code.OTHER_JOBS, Code.COMPLETING, Code.UNSCHEDULED})
+WAITING = frozenset({Code.JOB_RUNNING, Code.OTHER_JOBS, Code.COMPLETING, Code.UNSCHEDULED, Code.REBOOT_FIRST})
 
 
 def execute(actions: list[Action], slurm: SlurmBackend | None, prefix: str, dry_run: bool,
@@ -487,6 +487,12 @@ def _release(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
     if not ours or foreign:
         return ActionResult(action, SKIPPED, f"not set DOWN: the node is {_state(info)} (reason: "
                             f"{current or 'none'}), not held by slurm-hooks' drain", code=Code.NOT_OURS)
+    if "REBOOT_REQUESTED" in flags:
+        # Our reboot is pending: DOWN would have Slurm issue it at once, past the time
+        # left to withdraw it should the mount turn out to be the storage's outage. The
+        # reboot's own release (`down`, actions.release_after) lets go of the node.
+        return ActionResult(action, SKIPPED, "our reboot is pending: the node is let go by its release "
+                            "(actions.release_after), which leaves time to withdraw it", code=Code.REBOOT_FIRST)
     jobs = slurm.jobs_on(action.node)
     job = action.job or ""
     others = [j for j in jobs if not _same_job(j, job)]

@@ -52,6 +52,7 @@ class Code(str, Enum):
     REBOOT_PENDING = "reboot_pending"
     RELEASED = "released"                  # down: set DOWN so Slurm lets go of an unkillable step
     NOT_HELD = "not_held"                  # down, release: Slurm holds the node for the job no more
+    REBOOT_FIRST = "reboot_first"          # release: our reboot is pending; its own release (release_after) lets go
     OTHER_JOBS = "other_jobs"              # down, release: another job is on the node: never set DOWN
     COMPLETING = "completing"              # start: the requeued job is still COMPLETING (a task cannot die)
     UNSCHEDULED = "unscheduled"            # start: let go just now, not yet looked at by the scheduler
