@@ -129,7 +129,9 @@ def test_the_job_alone_on_the_node_runs_again_on_the_others(clean_cluster, mallo
         # 22.05 starts a job let go by a DOWN node at once, without its hold (a Slurm bug,
         # fixed in 23.11.11): nothing left for slurm-hooks to do.
         assert took < 30, took
-        assert all(a["code"] == "not_waiting" for a in starts), starts
+        # (a run may still see it let go and not yet scheduled: asked again later, nothing done)
+        assert {a["code"] for a in starts} <= {"not_waiting", "unscheduled"}, starts
+        assert not [a for a in starts if a["outcome"] == "done"], starts
     elif restart_now:
         assert took < 30, took
         assert [(a["outcome"], a["code"]) for a in starts] == [("done", "start_asked")], starts
