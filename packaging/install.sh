@@ -17,7 +17,14 @@
 # With the optional packages `diagnose` and `job-report` use: ClusterShell (root's
 # fan-out over ssh) and py-spy (Python stacks), the `fanout` and `stacks` extras.
 # EXTRAS=fanout picks some; EXTRAS= (empty) installs none (a node without PyPI access).
-# Later: $PREFIX/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'.
+# Later: $PREFIX/current/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'.
+#
+# Run again over an installed copy, it upgrades without a gap: the new version gets its
+# own environment, PREFIX/envs/<version>-<time>, built beside the running one; then each
+# program in PREFIX/bin is replaced by rename, so that every start of a hook runs either
+# the old version or the new one, whole (slurmd drains a node whose prolog fails). The
+# previous environment is kept for the runs still using it; older ones are removed.
+# PREFIX/current links to the environment in use (its python and pip).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 prefix=${PREFIX:-/opt/slurm-hooks}
@@ -29,22 +36,39 @@ if ! "$python" -c 'import venv, ensurepip' >/dev/null 2>&1; then
     apt-get install -y -qq python3 python3-venv >/dev/null
 fi
 extras=${EXTRAS-fanout,stacks}
-[ -x "$prefix/bin/python" ] || "$python" -m venv "$prefix"
-"$prefix/bin/pip" install -q --disable-pip-version-check "$here${extras:+[$extras]}"
+
+# `ln -sfn` unlinks, then links: a gap in which the name is missing. A new name renamed
+# over the old one is never missing.
+relink() {
+    ln -sfn "$1" "$2.new.$$"
+    mv -fT "$2.new.$$" "$2"
+}
+
+install -d -m 0755 "$prefix" "$prefix/envs" "$prefix/bin"
+# The environment the programs run now (empty on a first install; an install before
+# PREFIX/envs was the environment PREFIX itself).
+previous=$(readlink "$prefix/current" 2>/dev/null || true)
+stamp=$("$python" -I -c 'import re, sys
+print(re.search(r"^__version__ = \"([^\"]+)\"", open(sys.argv[1]).read(), re.M).group(1))' \
+        "$here/slurm_hooks/__init__.py")-$(date +%Y%m%dT%H%M%S)-$$
+env="$prefix/envs/$stamp"
+trap 'rm -rf "$env"' ERR
+"$python" -m venv "$env"
+"$env/bin/pip" install -q --disable-pip-version-check "$here${extras:+[$extras]}"
 # Our own launchers in place of pip's. `-I`: no PYTHON* variables, no user site, not
 # the current directory (slurmd runs them as root). `-S`: the environment's packages
 # are put on the path here rather than by `site`, which would also run every .pth file
 # in them at each start. (`-IS` as one word: a shebang passes a single argument.) They
 # import only the program (pip's wrapper imports re) and end without the interpreter's
 # teardown (cli.exit_now). Keep in step with setup.cfg [options.entry_points].
-sitedirs=$("$prefix/bin/python" -I -c 'import sysconfig
+sitedirs=$("$env/bin/python" -I -c 'import sysconfig
 paths = [sysconfig.get_path(p) for p in ("purelib", "platlib")]
 print(repr(sorted(set(paths), key=paths.index)))')
 for entry in slurm-hooks:main slurm-hooks-healthcheck:healthcheck_main \
              slurm-hooks-prolog:prolog_main slurm-hooks-epilog:epilog_main; do
     name=${entry%%:*} func=${entry#*:}
     cat > "$prefix/bin/.$name.new" <<EOF
-#!$prefix/bin/python -IS
+#!$env/bin/python -IS
 # $name: slurm-hooks, installed by packaging/install.sh
 import sys
 sys.path.extend($sitedirs)
@@ -54,6 +78,12 @@ EOF
     chmod 0755 "$prefix/bin/.$name.new"
     mv -f "$prefix/bin/.$name.new" "$prefix/bin/$name"
 done
+trap - ERR
+relink "envs/$stamp" "$prefix/current"
+# The previous environment stays for the runs that started in it; the ones before go.
+for old in "$prefix"/envs/*; do
+    case "$old" in "$env"|"$prefix/$previous"|"$previous") ;; *) rm -rf "$old" ;; esac
+done
 
 mandir=${MANDIR:-/usr/local/share/man}
 sbindir=${SBINDIR-/usr/local/sbin}
@@ -61,12 +91,12 @@ completionsdir=${COMPLETIONSDIR:-/usr/local/share/bash-completion/completions}
 docs=$(mktemp -d)
 trap 'rm -rf "$docs"' EXIT
 # The man pages name this installation's paths, not the packages'.
-"$prefix/bin/python" "$here/packaging/gendocs.py" --out "$docs" --bindir "${SBINDIR:-$prefix/bin}" \
+"$env/bin/python" "$here/packaging/gendocs.py" --out "$docs" --bindir "${SBINDIR:-$prefix/bin}" \
     --datadir "$prefix/share/slurm-hooks" --docdir "$prefix/share/doc/slurm-hooks"
 install -d -m 0755 "$mandir/man8" "$mandir/man5" "$completionsdir"
 gzip -9n < "$docs/slurm-hooks.8" > "$mandir/man8/slurm-hooks.8.gz"
 for name in slurm-hooks-healthcheck slurm-hooks-prolog slurm-hooks-epilog; do
-    ln -sfn slurm-hooks.8.gz "$mandir/man8/$name.8.gz"
+    relink slurm-hooks.8.gz "$mandir/man8/$name.8.gz"
 done
 gzip -9n < "$docs/slurm-hooks.yaml.5" > "$mandir/man5/slurm-hooks.yaml.5.gz"
 chmod 0644 "$mandir/man8/slurm-hooks.8.gz" "$mandir/man5/slurm-hooks.yaml.5.gz"
@@ -81,20 +111,36 @@ install -D -m 0644 "$here/packaging/slurm.conf.example" "$prefix/share/doc/slurm
 if [ -n "$sbindir" ]; then
     install -d -m 0755 "$sbindir"
     for name in slurm-hooks slurm-hooks-healthcheck slurm-hooks-prolog slurm-hooks-epilog; do
-        ln -sfn "$prefix/bin/$name" "$sbindir/$name"
+        relink "$prefix/bin/$name" "$sbindir/$name"
     done
 fi
 bindir=${BINDIR-/usr/local/bin}
 if [ -n "$bindir" ]; then
     install -d -m 0755 "$bindir"
-    ln -sfn "$prefix/bin/slurm-hooks" "$bindir/slurm-hooks"
+    relink "$prefix/bin/slurm-hooks" "$bindir/slurm-hooks"
 fi
 
 install -d -m 0755 /etc/slurm-hooks
-[ -e /etc/slurm-hooks/slurm-hooks.yaml ] || install -m 0644 "$here/conf/slurm-hooks.yaml" /etc/slurm-hooks/slurm-hooks.yaml
+conf=/etc/slurm-hooks/slurm-hooks.yaml
+if [ -e "$conf" ]; then
+    kept="kept (yours, unchanged; the shipped one: $here/conf/slurm-hooks.yaml)"
+else
+    install -m 0644 "$here/conf/slurm-hooks.yaml" "$conf"
+    kept="created"
+fi
+# Whether this node acts, from the file itself (what a run will read).
+acting=$("$env/bin/python" -I -c 'import sys, yaml
+try:
+    doc = yaml.safe_load(open(sys.argv[1])) or {}
+    on = not ((doc.get("actions") or {}).get("report_only", False))
+except Exception as e:
+    print("unknown: it does not load (%s); slurm-hooks config check says where" % type(e).__name__); sys.exit()
+print("ON: it drains, requeues and resumes (actions.report_only: false)" if on else
+      "off: report-only, nothing is done in Slurm (actions.report_only: true; README, Turn actions on)")' "$conf")
 install -d -m 0700 /var/lib/slurm-hooks
 install -d -m 0750 /var/log/slurm-hooks
-echo "slurm-hooks $("$prefix/bin/slurm-hooks" --version | cut -d' ' -f2) installed in $prefix" >&2
+echo "slurm-hooks $("$prefix/bin/slurm-hooks" --version | cut -d' ' -f2) installed in $prefix (environment $env${previous:+; the previous one, $prefix/$previous, kept for runs still in it})" >&2
+echo "configuration $conf: $kept; actions $acting" >&2
 where=${sbindir:-$prefix/bin}
 if [ -n "$sbindir" ]; then
     echo "programs linked into $sbindir${bindir:+, slurm-hooks also into $bindir for every user}; man pages in $mandir (man slurm-hooks)" >&2
@@ -106,5 +152,5 @@ echo "Prometheus rules and Grafana dashboard for your monitoring servers: $prefi
 if [ -n "$extras" ]; then
     echo "with the extras $extras (ClusterShell, py-spy for diagnose)" >&2
 else
-    echo "without ClusterShell and py-spy (EXTRAS empty); add them with: $prefix/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'" >&2
+    echo "without ClusterShell and py-spy (EXTRAS empty); add them with: $prefix/current/bin/pip install 'ClusterShell>=1.9' 'py-spy>=0.3.14'" >&2
 fi

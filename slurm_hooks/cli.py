@@ -331,12 +331,36 @@ def _explain(args) -> int:
             _json_error("explain", msg)
         print(f"slurm-hooks explain: {msg}", file=sys.stderr)
         return EXIT_UNHEALTHY
+    # A drain recorded here may have been undone by another hand since: Slurm's word
+    # on the node now, where it answers within a few seconds (explain works without it).
+    slurm_now = _node_now(cfg, node) if drain else None
     if args.json:
-        doc = dict(explain_json(records, node, drain, args.runs, incidents), journal=path)
+        doc = dict(explain_json(records, node, drain, args.runs, incidents), journal=path, slurm_now=slurm_now)
         print(json.dumps(doc, indent=2, default=str))
     else:
-        print(explain(records, node, drain, args.runs, incidents, report_only=cfg.actions.report_only))
+        print(explain(records, node, drain, args.runs, incidents, report_only=cfg.actions.report_only,
+                      slurm_now=slurm_now, prefix=cfg.reason_prefix))
     return EXIT_OK
+
+
+EXPLAIN_SLURM_WAIT = 5.0
+
+
+def _node_now(cfg: Config, node: str) -> dict | None:
+    """The node's record in Slurm now (one single-node RPC), {"error": why} where Slurm
+    does not answer within EXPLAIN_SLURM_WAIT seconds, or has no such node."""
+    import time
+
+    from .slurm.api import SlurmError
+    from .slurm.connect import open_backend
+    try:
+        slurm = open_backend(cfg.slurm, time.monotonic() + EXPLAIN_SLURM_WAIT)
+        info = slurm.node_state(node)
+    except SlurmError as e:
+        return {"error": str(e)}
+    except Exception as e:          # explain must still tell the local record
+        return {"error": f"{type(e).__name__}: {e}"}
+    return info if info is not None else {"error": f"Slurm knows no node {node}"}
 
 
 def _not_readable(path: str, directory: bool = False) -> str | None:

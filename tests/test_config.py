@@ -21,10 +21,16 @@ def problems(tmp_path, text):
     return [line.replace(str(p), "x.yaml") for line in e.value.problems]
 
 
-def test_shipped_file_is_the_builtin_defaults():
+def test_shipped_file_is_the_builtin_defaults_but_report_only():
+    """Every value of the shipped file is the built-in default, but one: it ships
+    report-only, so that a node acts only after an admin's deliberate edit."""
     shipped = load_config(str(ROOT / "conf" / "slurm-hooks.yaml"))
     builtin = default_config()
-    assert dataclasses.replace(shipped, source="") == dataclasses.replace(builtin, source="")
+    assert shipped.actions.report_only is True and builtin.actions.report_only is False
+    acting = dataclasses.replace(shipped, source="", actions=dataclasses.replace(shipped.actions, report_only=False))
+    assert acting == dataclasses.replace(builtin, source="")
+    text = (ROOT / "conf" / "slurm-hooks.yaml").read_text()
+    assert len(re.findall(r"^  report_only: true$", text, re.M)) == 1      # the one line to edit
 
 
 def test_every_setting_is_documented_in_shipped_file_and_readme():

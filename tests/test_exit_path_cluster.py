@@ -98,7 +98,7 @@ def test_a_killed_task_keeps_its_diagnosis_and_rewords_kill_task_failed(clean_cl
         cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n1")), 3 * INTERVAL + 10,
                          what="the diagnosis in place of Kill task failed")
         reason = cluster.show_node("n1")["Reason"]
-        assert ours(reason, f"job {job} stuck in fsync() on {m.path}/shard (fuse.fusefs), pid {pid}"), reason
+        assert ours(reason, f"job {job} stuck in fsync() on {m.path} (fuse.fusefs), pid {pid}"), reason
         drains = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n1") for a in r["actions"]
                                            if a["kind"] == "drain" and a["outcome"] == "done"], 10,
                                   what="the drain in n1's journal")

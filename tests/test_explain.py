@@ -62,15 +62,32 @@ def test_explain_after_failed_prologs_reads_plainly(tmp_path, hung_mount):
 def test_the_same_word_run_after_run_is_said_once_with_how_often():
     """A requeued job waiting on Slurm is followed each run: `explain` says it once."""
     from slurm_hooks.views.explain import _actions_since
-    drain = {"kind": "drain", "node": "n1", "reason": "r", "outcome": "done", "result": "done"}
-    wait = {"kind": "start", "job": "7", "outcome": "skipped", "result": "skipped",
+    drain = {"kind": "drain", "node": "n1", "reason": "r", "outcome": "done", "result": "done", "incident": "i1"}
+    requeue = {"kind": "requeue", "job": "7", "outcome": "done", "result": "done", "incident": "i1"}
+    wait = {"kind": "start", "job": "7", "outcome": "skipped", "result": "skipped", "incident": "i1",
             "message": "COMPLETING: a task on n1 cannot die"}
-    runs = [{"time": "T1", "actions": [drain]}, {"time": "T2", "actions": [wait]}, {"time": "T3", "actions": [wait]},
-            {"time": "T4", "actions": [wait]}, {"time": "T5", "actions": [dict(wait, message="hold until 03:14:20")]}]
-    assert _actions_since(runs, runs[0]) == [
-        "T1 drain node n1: done",
+    runs = [{"time": "T1", "actions": [drain, requeue]}, {"time": "T2", "actions": [wait]},
+            {"time": "T3", "actions": [wait]}, {"time": "T4", "actions": [wait]},
+            {"time": "T5", "actions": [dict(wait, message="hold until 03:14:20")]}]
+    assert _actions_since(runs, runs[0], reason="r") == [
+        "T1 drain node n1: done", "T1 requeue job 7: done",
         "T2 start job 7: skipped (COMPLETING: a task on n1 cannot die) [3 runs, until T4]",
         "T5 start job 7: skipped (hold until 03:14:20)"]
+
+
+def test_actions_for_a_drain_are_that_drains_own():
+    """A later run's actions about another incident (a drill's drain, another job) are
+    not the drain's; `not done` is said once."""
+    from slurm_hooks.views.explain import _actions_since
+    drain = {"kind": "drain", "node": "n1", "reason": "r", "outcome": "report-only", "result": "not done",
+             "incident": "i1", "message": "report only (actions.report_only): not done"}
+    other = [{"kind": "drain", "node": "n1", "reason": "site drill [slurm-hooks]", "outcome": "done", "result": "done",
+              "incident": "site:drill:2"},
+             {"kind": "comment", "job": "9", "outcome": "done", "result": "done", "incident": "stuck:9"}]
+    resume = {"kind": "resume", "node": "n1", "reason": "r", "outcome": "done", "result": "done"}
+    runs = [{"time": "T1", "actions": [drain]}, {"time": "T2", "actions": other}, {"time": "T3", "actions": [resume]}]
+    assert _actions_since(runs, runs[0], reason="r") == [
+        "T1 drain node n1: not done (report only (actions.report_only))", "T3 resume node n1: done"]
 
 
 def test_before_the_first_run_explain_says_the_health_check_may_not_have_run():
@@ -104,3 +121,47 @@ def test_scope_and_auto_resume_are_said_only_where_they_apply():
     assert "auto-resume: yes" in out
     out = explain([run], "n1", drain, report_only=True)
     assert "auto-resume: no: report-only (actions.report_only) resumes nothing" in out, out
+
+
+def test_status_calls_an_outage_only_a_shared_mounts_and_lists_only_the_drains_jobs():
+    """A site check failing on three nodes is three nodes' fault, not an outage; a job
+    diagnosed on a node in an earlier incident is not listed under the node's new drain."""
+    from slurm_hooks.core.reason import cause_text
+    from slurm_hooks.slurm.fake import FakeSlurm
+    from slurm_hooks.views.status import collect, render
+    slurm = FakeSlurm()
+    old = slurm.add_job("n1", state="PENDING")
+    slurm.set_admin_comment(old, f"slurm-hooks: node n1: job {old} stuck in openat() on /shared")
+    for n in ("n1", "n2", "n3"):
+        slurm.drain_with_cause(n, "site drill2: taken out by hand [slurm-hooks]",
+                               cause_text("site", "drill2", "site:drill2:2", "2026-12-02T03:50:00"))
+    out = render(collect(slurm, "slurm-hooks:"))
+    assert "site drill2: 3 node(s)" in out and "OUTAGE" not in out, out
+    assert f"job {old}" not in out, out
+    # The storage's: a mount check's drains naming the shared mount they suspect.
+    mounts = [["srv:/shared", "nfs4", "/shared", "2026-12-02T03:50:00", "hung", "2026-12-02T03:50:00"]]
+    for n in ("n1", "n2"):
+        slurm.drain_with_cause(n, f"job {old} stuck in openat() on /shared (nfs4) [slurm-hooks]",
+                               cause_text("stuck_tasks", "/shared", "/shared", "2026-12-02T03:50:00", mounts))
+    out = render(collect(slurm, "slurm-hooks:"))
+    assert "stuck_tasks /shared: OUTAGE on 2 nodes" in out, out
+    assert f"job {old} diagnosed by slurm-hooks" in out, out
+
+
+def test_explain_checks_the_recorded_drain_against_slurm():
+    """A drain recorded locally, undone since by another hand: explain says the node is in
+    service (Slurm's word), not "drained by slurm-hooks"; where Slurm does not answer,
+    it says its word is the local record's."""
+    from slurm_hooks.views.explain import explain
+    drain = {"reason": "site drill: taken out by hand [slurm-hooks]", "resumable": False, "passes": 3, "at": 1.0e9}
+    run = {"event": "run", "node": "n1", "time": "T", "hook": "healthcheck", "status": "unhealthy", "checks": [],
+           "actions": [{"kind": "drain", "node": "n1", "reason": drain["reason"], "outcome": "done"}]}
+    out = explain([run], "n1", drain, slurm_now={"NodeName": "n1", "State": "IDLE", "Reason": ""})
+    head = out.splitlines()[1]
+    assert head.startswith("not drained: Slurm has the node in service (IDLE); slurm-hooks drained it at "), out
+    assert "auto-resume" not in out and "drained by slurm-hooks since" not in out, out
+    out = explain([run], "n1", drain, slurm_now={"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": drain["reason"]})
+    assert out.splitlines()[1].startswith("drained by slurm-hooks since "), out
+    out = explain([run], "n1", drain, slurm_now={"error": "scontrol gave no answer within 5s"})
+    assert out.splitlines()[1].startswith("drained by slurm-hooks since "), out
+    assert "(the local record: Slurm did not answer: scontrol gave no answer within 5s)" in out, out

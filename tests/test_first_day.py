@@ -78,8 +78,9 @@ WIRING = {"HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState", "
 
 
 def test_quick_start_makes_the_first_runs_report_only(tmp_path):
-    """The quick start's commands, as written, turn report_only on before the first run,
-    and the slurm.conf lines it and the example give live only wire the programs in."""
+    """The configuration the installer puts in place is report-only, and no command of
+    the quick start before the first real run turns actions on; the slurm.conf lines it
+    and the example give live only wire the programs in."""
     readme = (ROOT / "README.md").read_text()
     quick = "".join(_section(readme, title) for title in ("Install", "Hook into slurm.conf", "The first hour"))
     commands = [line.strip().removeprefix("$ ") for block in _code_blocks(quick) for line in block.splitlines()
@@ -87,7 +88,6 @@ def test_quick_start_makes_the_first_runs_report_only(tmp_path):
     first_run = next(i for i, c in enumerate(commands)
                      if re.match(r"slurm-hooks( \S+)* healthcheck", c) and "--dry-run" not in c)
     edits = [c for c in commands[:first_run] if "/etc/slurm-hooks/slurm-hooks.yaml" in c]
-    assert edits, f"no step before the first run makes it report-only: {commands}"
     conf = tmp_path / "slurm-hooks.yaml"
     conf.write_text((ROOT / "conf/slurm-hooks.yaml").read_text())      # what install.sh puts there
     for c in edits:
@@ -132,6 +132,14 @@ def test_report_only_and_dry_run_say_so_and_differ(node):
     assert "  not done (report only): drain node day1: fs" in out, out
     assert "would" not in out, "report-only must not read like a dry run"
     assert node.actions()[-1]["result"] == "not done" and node.actions()[-1]["outcome"] == "report-only"
+    # A dry run of a report-only node: what it would do, as any dry run; its journal
+    # record still says the node is report-only.
+    out = node.run("healthcheck", "--dry-run").stdout
+    assert "-- dry run: nothing is done" in out.splitlines()[0], out
+    assert "  would drain node day1: fs" in out and "(report only)" not in out, out
+    run = node.runs()[-1]
+    assert run["dry_run"] is True and run["report_only"] is True, run
+    assert node.actions()[-1]["outcome"] == "dry-run"
     node.configure()
     out = node.run("healthcheck", "--dry-run").stdout
     assert "-- dry run: nothing is done" in out.splitlines()[0], out
@@ -269,7 +277,7 @@ def test_man_pages_name_the_layout_they_were_built_for(tmp_path):
     assert "HealthCheckProgram=/usr/sbin/slurm-hooks-healthcheck" in _plain(default / "slurm-hooks.8")
     # install.sh builds them for its own layout and puts the programs on root's PATH.
     script = (ROOT / "packaging/install.sh").read_text()
-    assert '--bindir "${SBINDIR:-$prefix/bin}"' in script and 'ln -sfn "$prefix/bin/$name" "$sbindir/$name"' in script
+    assert '--bindir "${SBINDIR:-$prefix/bin}"' in script and 'relink "$prefix/bin/$name" "$sbindir/$name"' in script
     readme = (ROOT / "docs" / "metrics.md").read_text()
     assert "a file for the\n  Prometheus server, not the nodes" in readme
     assert "Grafana\n  server, not the nodes" in readme
@@ -313,3 +321,28 @@ def test_config_check_lists_what_each_hook_probes_here_and_what_it_leaves_alone(
                                   capture_output=True, text=True, timeout=60).stdout)
     assert [(p["path"], p["mode"], p["why"]) for p in j["plan"]["probes"]] == \
         [(str(tmp_path), "write", "listed in filesystems")], j["plan"]
+
+
+def test_check_as_an_ordinary_user_says_what_it_could_not_do_without_failing(root_only_dir):
+    """`check` as a user other than root: the state and the probe's directory are root's.
+    One note says the look runs without the state, each probe says it was not made, no
+    line per state file, and nothing of that makes the node unhealthy."""
+    import os
+    probe = root_only_dir / "scratch"
+    probe.mkdir(mode=0o755)
+    conf = root_only_dir / "slurm-hooks.yaml"
+    conf.write_text(yaml.safe_dump({
+        "node_name": "day1", "state_dir": str(root_only_dir / "state"), "journal": str(root_only_dir / "j.jsonl"),
+        "syslog": False, "prometheus_textfile_dir": None, "filesystems": [{"path": str(probe)}],
+        "gpu": {"enabled": False}, "actions": {"report_only": True}}))
+    conf.chmod(0o644)
+    r = subprocess.run([str(SLURM_HOOKS), "-c", str(conf), "healthcheck"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr           # root's run: the state it keeps
+    assert os.listdir(root_only_dir / "state" / "day1")
+    r = subprocess.run(["runuser", "-u", "nobody", "--", str(SLURM_HOOKS), "-c", str(conf), "check"],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    out = r.stdout + r.stderr
+    assert r.returncode == 0 and "result: HEALTHY" in out, out
+    assert f"fs {probe} not probed: uid " in out and "the health check runs as root" in out, out
+    assert out.count("is root's: this look as uid") == 1, out
+    assert "not readable" not in out and "Permission denied" not in out.replace("\n          Permission denied", ""), out

@@ -75,8 +75,8 @@ def test_epilog_drains_a_node_left_with_a_stuck_task(clean_cluster, stuck_mount,
     cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")), 60,
                      what="n2 drained by the epilog with the precise reason")
     reason = cluster.show_node("n2")["Reason"]
-    assert ours(reason, f"job {job} left stuck in "), reason
-    assert f"stuck in openat() on {stuck_mount.path}/main_log.txt (fuse.fusefs)" in reason
+    assert ours(reason, f"job {job} stuck in "), reason
+    assert f"stuck in openat() on {stuck_mount.path} (fuse.fusefs)" in reason and "main_log" not in reason
     # No other job lands there.
     nxt = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
     time.sleep(3)
@@ -195,6 +195,46 @@ def test_a_drain_spooled_while_slurmctld_was_down_is_dropped_once_its_fault_is_g
     assert "DRAIN" not in cluster.node_state("n1")
     assert json.loads((tmp_path / "state" / "n1" / "spool.json").read_text()) == []
     assert healthcheck(cluster, tmp_path, "n1", **cfg)["actions"] == []
+
+
+def test_explain_after_a_resume_by_hand_says_the_node_is_in_service(clean_cluster, hung_mount, tmp_path):
+    """Drained by slurm-hooks, resumed by an admin's `scontrol update state=resume`, then
+    only report-only runs (which ask Slurm nothing): explain asks Slurm, and says the
+    node is in service, not "drained by slurm-hooks". Later, a new drain of a new
+    cause is dated by its own time, not the first one's."""
+    from helpers import SLURM_HOOKS
+    cluster = clean_cluster
+    cfg = {"filesystems": [{"path": str(hung_mount.path), "timeout": 1}], "policy": {"failures_to_drain": {}},
+           "outage": {"interval": 1}}
+    rec = healthcheck(cluster, tmp_path, "n1", **cfg)
+    assert [(a["kind"], a["outcome"]) for a in rec["actions"]] == [("drain", "done")], rec["actions"]
+    cluster.scontrol("update", "nodename=n1", "state=resume")
+    for _ in range(2):
+        healthcheck(cluster, tmp_path, "n1", **dict(cfg, actions={"report_only": True}))
+
+    def explain() -> list[str]:
+        r = subprocess.run([str(SLURM_HOOKS), "-c", str(tmp_path / "n1-manual.yaml"), "explain", "--node", "n1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.splitlines()
+    out = explain()
+    assert out[1].startswith("not drained: Slurm has the node in service (IDLE"), out
+    assert not any("auto-resume" in line for line in out), out
+    first_at = json.loads((tmp_path / "state" / "n1" / "drain.json").read_text())["at"]
+    time.sleep(1.1)
+    # A new drain of another cause, by an acting run: its own time.
+    hung_mount.close()
+    site = tmp_path / "checks"
+    site.mkdir()
+    (site / "drill").write_text("#!/bin/sh\necho taken out by hand\nexit 2\n")
+    (site / "drill").chmod(0o755)
+    rec = healthcheck(cluster, tmp_path, "n1", **dict(cfg, filesystems=[{"path": str(tmp_path)}],
+                                                      site_checks={"dir": str(site)}))
+    assert [(a["kind"], a["outcome"]) for a in rec["actions"]] == [("drain", "done")], rec["actions"]
+    at = json.loads((tmp_path / "state" / "n1" / "drain.json").read_text())["at"]
+    assert at > first_at + 1, (at, first_at)
+    out = explain()
+    assert out[1].startswith("drained by slurm-hooks since ") and "site drill" in out[1], out
 
 
 def test_actions_wait_for_slurmctld_and_happen_exactly_once(clean_cluster, hung_mount, tmp_path):

@@ -89,7 +89,7 @@ def node_state(cluster, node: str) -> tuple[str, str]:
 
 
 # The README's front door, in order: what a new admin copies, section by section.
-WALK = ("Install", "Hook into slurm.conf", "The first hour", "Undo")
+WALK = ("Install", "Upgrade", "Hook into slurm.conf", "The first hour", "Undo")
 # The README's example names, and what stands for them on the test cluster.
 EXAMPLE_NODE, EXAMPLE_JOB = "n17", "1234"
 
@@ -157,7 +157,16 @@ def test_the_first_hour_as_written_from_install_to_undo(tmp_path, taken_over, ne
                 r = sh(what)
                 out = f"{said} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
                 ran.append(what)
-                if what.startswith("bash packaging/install.sh"):
+                if title == "Upgrade":
+                    # Over the copy just installed: the site's file kept as edited, the
+                    # programs switched to a new environment, the previous one kept.
+                    assert r.returncode == 0, out
+                    conf = Path("/etc/slurm-hooks/slurm-hooks.yaml")
+                    assert f"  conf: {cluster.conf_path}\n" in conf.read_text()
+                    assert f"configuration {conf}: kept" in r.stderr and "actions off: report-only" in r.stderr, out
+                    envs = sorted(os.listdir("/opt/slurm-hooks/envs"))
+                    assert len(envs) == 2 and os.readlink("/opt/slurm-hooks/current") in [f"envs/{e}" for e in envs], envs
+                elif what.startswith("bash packaging/install.sh"):
                     assert r.returncode in (0, 1), out      # this host may be unhealthy; nothing done
                     assert "-- dry run" in r.stdout and "done:" not in r.stdout.replace("not done:", ""), out
                     conf = Path("/etc/slurm-hooks/slurm-hooks.yaml")

@@ -76,6 +76,28 @@ def test_prometheus_textfile_parses_with_the_official_client(node, tmp_path, hun
     assert not [p for p in node.prom.iterdir() if p.name.endswith(".tmp")]
 
 
+def test_a_probe_still_hung_reports_its_deadline_and_this_runs_time(node, tmp_path, hung_mount):
+    """The latency of a hung probe is its deadline (the metric's help says so), and the
+    check's duration is this run's, not the age of the probe left stuck by a run before."""
+    import time
+    node.configure([{"path": str(hung_mount.path)}])
+    assert node.run("healthcheck").returncode == 1
+    time.sleep(3)
+    t0 = time.monotonic()
+    assert node.run("healthcheck").returncode == 1
+    took = time.monotonic() - t0
+    [prom] = list(node.prom.iterdir())
+    fams = families(prom.read_text())
+    latency = {s.labels["path"]: s.value for s in fams["slurm_hooks_filesystem_probe_latency_seconds"].samples}
+    assert latency[str(hung_mount.path)] == 1.0, latency
+    duration = {s.labels["check"]: s.value for s in fams["slurm_hooks_check_duration_seconds"].samples}
+    assert duration["filesystem"] <= took, (duration, took)
+    last = [r for r in journal.read(str(node.log)) if r.get("event") == "run"][-1]
+    [f] = [f for c in last["checks"] for f in c["findings"] if f["target"] == str(hung_mount.path)]
+    # Its evidence says the same: the deadline, however long the probe has been hung.
+    assert f["status"] == "hung" and f["evidence"]["latency"] == 1.0, f
+
+
 def test_journal_has_run_and_action_lines_and_rotates(node, tmp_path, hung_mount):
     node.configure([{"path": str(hung_mount.path)}], journal_max_bytes=8192, journal_keep=3)
     for _ in range(6):

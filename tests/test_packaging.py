@@ -385,7 +385,10 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     bindir = tmp_path / "bin"              # nor its /usr/local/bin
     env = dict(os.environ, PREFIX=str(prefix), MANDIR=str(mandir), COMPLETIONSDIR=str(completions),
                SBINDIR=str(sbindir), BINDIR=str(bindir))
-    timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
+    r = timed("install.sh", ["bash", ROOT / "packaging/install.sh"], env=env, timeout=600)
+    # It names the configuration, created here, and says that actions are off in it.
+    assert "configuration /etc/slurm-hooks/slurm-hooks.yaml: created" in r.stderr, r.stderr
+    assert "actions off: report-only" in r.stderr, r.stderr
     # The programs on root's PATH, and man pages that name where this install put things.
     for name in PROGRAMS:
         assert os.readlink(sbindir / name) == str(prefix / "bin" / name), name
@@ -400,15 +403,17 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     assert r.stdout.strip() == f"slurm-hooks {VERSION}"
     # What diagnose needs, in the same environment (the fanout and stacks extras), and
     # the hints name that environment's own pip.
-    run([prefix / "bin/python", "-I", "-c", "import ClusterShell.Task"])
-    assert os.access(prefix / "bin/py-spy", os.X_OK)
-    r = run([prefix / "bin/python", "-I", "-c",
+    run([prefix / "current/bin/python", "-I", "-c", "import ClusterShell.Task"])
+    assert os.access(prefix / "current/bin/py-spy", os.X_OK)
+    r = run([prefix / "current/bin/python", "-I", "-c",
              "from slurm_hooks.views.fanout import pip_of_this_installation as p; print(p())"])
-    assert r.stdout.strip() == f"{prefix}/bin/pip"
+    assert r.stdout.strip() == f"{prefix}/current/bin/pip"
     # The programs run the environment's python with -I -S: a planted PYTHONPATH, the
     # current directory and the user site stay out, the environment's packages are in.
+    [env1] = os.listdir(prefix / "envs")
+    assert os.readlink(prefix / "current") == f"envs/{env1}"
     for name in PROGRAMS:
-        assert (prefix / "bin" / name).read_text().startswith(f"#!{prefix}/bin/python -IS\n"), name
+        assert (prefix / "bin" / name).read_text().startswith(f"#!{prefix}/envs/{env1}/bin/python -IS\n"), name
     evil = tmp_path / "evil"
     evil.mkdir()
     for mod in ("slurm_hooks", "yaml", "psutil"):
@@ -437,6 +442,45 @@ def test_install_sh_installs_the_man_pages_and_completion(taken_over, tmp_path):
     assert Path("/etc/slurm-hooks/slurm-hooks.yaml").read_text() == (ROOT / "conf/slurm-hooks.yaml").read_text()
     assert stat.S_IMODE(os.stat("/var/lib/slurm-hooks").st_mode) == 0o700
     assert stat.S_IMODE(os.stat("/var/log/slurm-hooks").st_mode) == 0o750
+
+    # The upgrade: the installer again, over this copy, while the prolog runs back to back
+    # (through root's PATH, as slurmd runs it). Not one prolog run may fail: slurmd would
+    # drain the node with `Prolog error`.
+    site = Path("/etc/slurm-hooks/slurm-hooks.yaml")
+    site.write_text(site.read_text().replace("  report_only: true\n", "  report_only: false\n"))
+    prolog = [str(sbindir / "slurm-hooks-prolog"), "--dry-run"]
+    loop = subprocess.Popen(
+        ["bash", "-c", 'n=0 bad=0; while [ ! -e "$1" ]; do "${@:2}" >/dev/null 2>"$1.err" || '
+                       '{ bad=$((bad+1)); cat "$1.err" >&2; }; n=$((n+1)); done; echo "$n $bad"',
+         "loop", str(tmp_path / "stop"), *prolog],
+        env=dict(node, SLURM_JOB_ID="7", SLURM_JOB_UID="0"), cwd=evil, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1)
+        r = timed("install.sh (upgrade)", ["bash", ROOT / "packaging/install.sh"], env=dict(env, EXTRAS=""),
+                  timeout=600)
+        time.sleep(1)
+    finally:
+        (tmp_path / "stop").touch()
+        out, err = loop.communicate(timeout=120)
+    runs, failed = map(int, out.split())
+    assert failed == 0 and runs >= 10, (runs, failed, err[-3000:])
+    TIMINGS["prolog runs through an upgrade"] = f"{runs}, {failed} failed"
+    # The site's file kept, and said so; a new environment, the previous one kept for the
+    # runs still in it.
+    assert "configuration /etc/slurm-hooks/slurm-hooks.yaml: kept" in r.stderr, r.stderr
+    assert "actions ON: it drains" in r.stderr, r.stderr
+    assert "report_only: false" in site.read_text()
+    env2 = os.readlink(prefix / "current").removeprefix("envs/")
+    assert sorted(os.listdir(prefix / "envs")) == sorted([env1, env2]) and env2 != env1
+    for name in PROGRAMS:
+        assert (prefix / "bin" / name).read_text().startswith(f"#!{prefix}/envs/{env2}/bin/python -IS\n"), name
+    assert run([sbindir / "slurm-hooks", "--version"]).stdout.strip() == f"slurm-hooks {VERSION}"
+    # One more: the environment before the previous one goes.
+    timed("install.sh (second upgrade)", ["bash", ROOT / "packaging/install.sh"], env=dict(env, EXTRAS=""),
+          timeout=600)
+    env3 = os.readlink(prefix / "current").removeprefix("envs/")
+    assert sorted(os.listdir(prefix / "envs")) == sorted([env2, env3]), os.listdir(prefix / "envs")
 
 
 # --- RPM --------------------------------------------------------------------------------

@@ -725,7 +725,8 @@ def test_a_link_that_does_lead_to_the_nodes_hung_mount_drains_and_requeues(clean
     # The path is the task's own (for people: its link), the mount the one the walk
     # proved, in the summary; the node's reason is the finding's, with our mark.
     assert f"on {mallory.home}/node-link ({ev['fstype']} {sys_hung.path})" in f["summary"], f["summary"]
-    want = f"job {job} stuck in openat() on {mallory.home}/node-link ({ev['fstype']}), pid {pid}"
+    # (`sinfo -R` is every user's: the mount, not the user's path.)
+    want = f"job {job} stuck in openat() on {sys_hung.path} ({ev['fstype']}), pid {pid}"
     assert f["reason"] == want, f["reason"]
     reason = cluster.show_node("n1")["Reason"]
     assert ours(reason, want), reason

@@ -226,7 +226,7 @@ def test_health_check_names_the_task_slurm_could_not_kill_after_the_job_ended(cl
     cluster.wait_for(lambda: ours(cluster.out_of_service_reason("n2")),
                      GRACE + 3 * INTERVAL + 10, what="the precise reason in place of Kill task failed")
     reason = cluster.show_node("n2")["Reason"]
-    assert ours(reason, f"job {job} stuck in ") and f"on {stuck_mount.path}/main_log.txt" in reason
+    assert ours(reason, f"job {job} stuck in ") and f"on {stuck_mount.path} (" in reason
     assert cluster.job_state(job) in ("CANCELLED", "COMPLETING")
     # Slurm shows the reason a moment before the run that set it has written its journal line.
     drains = cluster.wait_for(lambda: [a for r in journal(tmp_path, "n2") for a in r["actions"]

@@ -14,14 +14,16 @@ pytestmark = pytest.mark.cluster
 def test_status_groups_by_cause_and_names_the_requeued_jobs(clean_cluster, tmp_path):
     cluster = clean_cluster
     from slurm_hooks.core.reason import cause_text
-    # Grouped by the cause recorded in the Comment: the words of n2's reason differ.
-    for n, secs in (("n1", 10), ("n2", 12)):
-        cluster.scontrol("update", f"nodename={n}", "state=drain", f"reason=fs /shared fsync hung >{secs}s (nfs4) [slurm-hooks]",
-                         "comment=" + cause_text("filesystem", "/shared", "/shared", "2026-12-02T03:50:00"))
-    cluster.scontrol("update", "nodename=n3", "state=drain", "reason=admin: firmware update")
     job = cluster.sbatch("-N1", "--hold", "-o", "/dev/null", script="#!/bin/sh\ntrue\n")
+    # Grouped by the cause recorded in the Comment (the words of n2's reason differ); the
+    # shared mount each names makes it the storage's outage.
+    mounts = [["srv:/shared", "nfs4", "/shared", "2026-12-02T03:50:00", "hung", "2026-12-02T03:50:00"]]
+    for n, words in (("n1", "fs /shared fsync hung >10s (nfs4)"), ("n2", f"job {job} stuck in write() on /shared (nfs4)")):
+        cluster.scontrol("update", f"nodename={n}", "state=drain", f"reason={words} [slurm-hooks]",
+                         "comment=" + cause_text("filesystem", "/shared", "/shared", "2026-12-02T03:50:00", mounts))
+    cluster.scontrol("update", "nodename=n3", "state=drain", "reason=admin: firmware update")
     cluster.scontrol("update", f"jobid={job}",
-                     "admincomment=slurm-hooks: node n2: job 1 rank 0 pid 5 stuck 600s in write() on /shared/log")
+                     f"admincomment=slurm-hooks: node n2: job {job} rank 0 pid 5 stuck 600s in write() on /shared/log")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"slurm": cluster.hooks_slurm()}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
@@ -49,10 +51,10 @@ def test_status_claims_no_requeue_it_did_not_do(clean_cluster, tmp_path):
     slurm-hooks requeued it (it cannot know from Slurm: the journal on the node can)."""
     from slurm_hooks.core.reason import cause_text
     cluster = clean_cluster
-    cluster.scontrol("update", "nodename=n1", "state=drain", "reason=fs /shared fsync hung >10s (nfs4) [slurm-hooks]",
-                     "comment=" + cause_text("filesystem", "/shared", "/shared", "2026-12-02T03:50:00"))
     job = cluster.sbatch("-N1", "-w", "n2", "-o", "/dev/null", script="#!/bin/sh\nsleep 300\n")
     cluster.wait_for(lambda: cluster.job_state(job) == "RUNNING", 30, what="the job to run")
+    cluster.scontrol("update", "nodename=n1", "state=drain", f"reason=job {job} stuck in write() on /shared (nfs4) "
+                     "[slurm-hooks]", "comment=" + cause_text("stuck_tasks", "/shared", "/shared", "2026-12-02T03:50:00"))
     cluster.scontrol("requeue", str(job))              # Slurm's (here an admin's) requeue, not ours
     cluster.wait_for(lambda: int(cluster.show_job(job)["Restarts"]) >= 1, 30, what="the requeue")
     cluster.scontrol("update", f"jobid={job}", "admincomment=slurm-hooks: node n1: job stuck 600s in write() on /shared/log")

@@ -342,7 +342,7 @@ def test_a_jobs_task_stuck_on_the_nodes_storage_drains_and_asks_for_a_reboot(tmp
     assert (f.needs_reboot, f.hard, f.resumable, f.job_action, f.keep_job) == (True, True, False, "", False)
     assert f.summary == ("job 55 rank 3 pid 100 (2 threads) stuck for 11m40s in write() on /gpfs/run/main_log.txt "
                          "(gpfs /gpfs)")
-    assert f.reason == "job 55 stuck in write() on /gpfs/run/main_log.txt (gpfs), pid 100"
+    assert f.reason == "job 55 stuck in write() on /gpfs (gpfs), pid 100"
     assert f.detail == ("cause: shared filesystem; comm python; wchan wait_on_page_bit; stack folio_wait_bit < "
                         f"mmfs_write < vfs_write < ksys_write; kernel: {KERNEL}")
     assert f.evidence == {
@@ -383,7 +383,8 @@ def test_a_task_left_when_its_job_ended(tmp_path):
     f = diag.finding(ctx, stuck(**GPFS, blocked=600.0), after_end=True)
     assert f.summary == "job 55 task 3 pid 100 still stuck after the job ended in write() on " \
                         "/gpfs/run/main_log.txt (gpfs /gpfs)"
-    assert f.reason == "job 55 left stuck in write() on /gpfs/run/main_log.txt (gpfs), pid 100"
+    # The node's reason does not change when the job ends: its cause did not.
+    assert f.reason == "job 55 stuck in write() on /gpfs (gpfs), pid 100"
 
 
 @pytest.mark.parametrize("mode, severity", [("warn", "warn"), ("drain", "fail"), ("ignore", None)])
@@ -395,7 +396,7 @@ def test_a_task_of_no_job_on_the_nodes_storage_follows_the_setting(tmp_path, mod
         return
     assert (f.target, f.severity, f.job, f.status) == ("pid 100", severity, None, "stuck")
     assert f.summary == "pid 100 stuck for 10m00s in write() on /gpfs/run/main_log.txt (gpfs /gpfs)"
-    assert f.reason == "stuck in write() on /gpfs/run/main_log.txt (gpfs), pid 100"
+    assert f.reason == "stuck in write() on /gpfs (gpfs), pid 100"
     assert (f.evidence["job"], f.evidence["step"], f.evidence["task"]) == (None, None, None)
 
 
@@ -415,7 +416,7 @@ def test_a_task_on_a_users_own_mount_is_the_jobs_problem(tmp_path, owner, fstype
     assert (f.check, f.status, f.severity, f.job, f.job_action, f.needs_reboot, f.hard, f.resumable) == \
         ("stuck_tasks", "stuck_own_mount", "warn", "55", action, False, False, True)
     assert f.summary == f"job 55 task 3 pid 100 stuck for 10m00s in read() on /home/u/m/data ({fstype} /home/u/m){tail}"
-    assert f.reason == f"job 55 stuck in read() on /home/u/m/data ({fstype}), pid 100"
+    assert f.reason == f"job 55 stuck in read() on /home/u/m ({fstype}), pid 100"
     assert f.detail.startswith("cause: the user's own mount; comm python; wchan request_wait_answer")
     assert (f.incident, f.target, f.evidence["mount_owner"]) == ("n1:100:5000", "job 55 task 3 pid 100", owner)
 
@@ -468,12 +469,13 @@ def test_a_file_without_its_mount_and_a_long_name(tmp_path):
     diag, ctx = diagnosis(tmp_path)
     f = diag.finding(ctx, stuck(**{**GPFS, "fstype": "", "mountpoint": ""}, blocked=600.0))
     assert f.summary.endswith("in write() on /gpfs/run/main_log.txt") and f.reason.endswith(
-        "in write() on /gpfs/run/main_log.txt, pid 100")
+        "in write() at wait_on_page_bit, pid 100")
     long = "/gpfs/" + "d" * 300 + "/file\x1b[2J"
     f = diag.finding(ctx, stuck(**{**GPFS, "file": long}, cmdline="python \x1b]0;x\x07", blocked=600.0))
     shown = "/gpfs/" + "d" * 300 + "/file\\x1b[2J"
     assert f" on {shown[:59]}…{shown[-60:]} (gpfs /gpfs)" in f.summary
-    assert f.reason == f"job 55 stuck in write() on {shown[:49]}…{shown[-50:]} (gpfs), pid 100"
+    # The node's reason, every user's to read, names the mount, never the user's file.
+    assert f.reason == "job 55 stuck in write() on /gpfs (gpfs), pid 100" and "ddd" not in f.reason
     assert (f.evidence["file"], f.evidence["cmdline"]) == (shown, "python \\x1b]0;x\\x07")
 
 

@@ -67,7 +67,7 @@ def test_the_incident_ends_by_itself(clean_cluster, hung_mount, tmp_path):
     took = time.monotonic() - t0
     reason = cluster.show_node("n1")["Reason"]
     assert ours(reason, f"job {job} stuck in "), reason
-    assert f"stuck in openat() on {hung_mount.path}/main_log.txt (fuse.fusefs)" in reason
+    assert f"stuck in openat() on {hung_mount.path} (fuse.fusefs)" in reason
     cluster.wait_for(lambda: cluster.show_job(job).get("Restarts") == "1", 10, what="job requeued")
     comment = cluster.show_job(job)["AdminComment"]
     assert comment.startswith(f"slurm-hooks: node n1: job {job} rank 0 pid "), comment
@@ -116,7 +116,7 @@ def test_no_requeue_job_gets_the_fallback_and_each_action_happens_once(clean_clu
 
     cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2"), GRACE + 2 * INTERVAL + 5, what="n2 drained")
     assert f"job {job} stuck in " in cluster.show_node("n2")["Reason"]
-    assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in cluster.show_node("n2")["Reason"]
+    assert f"stuck in openat() on {hung_mount.path} (" in cluster.show_node("n2")["Reason"]
     # Let several more health checks run on the same stuck task.
     # (Once the mount's scope is known: the first run held everything for it.)
     cluster.wait_for(lambda: len([r for r in journal(tmp_path, "n2") if r["status"] == "unhealthy" and not any(
@@ -348,7 +348,7 @@ def test_a_task_in_slurms_cgroup_v2_layout_is_tied_to_its_job(clean_cluster, hun
                          what="n2 drained")
         reason = cluster.show_node("n2")["Reason"]
         assert ours(reason, f"job {job} stuck in ") and f", pid {pid} [slurm-hooks]" in reason, reason
-        assert f"stuck in openat() on {hung_mount.path}/ckpt.pt" in reason
+        assert f"stuck in openat() on {hung_mount.path} (" in reason
         cluster.wait_for(lambda: f"slurm-hooks: node n2: job {job}" in cluster.show_job(job)["AdminComment"],
                          10, what="the job's comment")
         # The run writes its journal line after its actions.

@@ -71,7 +71,7 @@ def test_captured_tree(tmp_path):
     assert job.summary.startswith("job 55 rank 3 pid 100 stuck for ≥10m0")
     assert job.summary.endswith("s in write() on /gpfs/run/main_log.txt (gpfs /gpfs)")
     assert job.evidence["d_at_least"] and 600 <= job.evidence["d_seconds"] < 660
-    assert job.reason == "job 55 stuck in write() on /gpfs/run/main_log.txt (gpfs), pid 100"
+    assert job.reason == "job 55 stuck in write() on /gpfs (gpfs), pid 100"
     assert "stuck" in job.reason[:20], "sinfo -R shows 20 columns"
     ev = job.evidence
     assert (ev["tids"], ev["fd"], ev["cause"], ev["step"], ev["task"]) == ([101], 7, "shared_filesystem", "0", "3")

@@ -181,7 +181,7 @@ def _drain(action: Action, slurm: SlurmBackend, prefix: str) -> ActionResult:
             return ActionResult(action, DONE, f"replaced Slurm's generic reason {current!r}",
                                 code=Code.REPLACED_GENERIC)
     _set_drain(action, slurm, info)
-    return ActionResult(action, DONE)
+    return ActionResult(action, DONE, took_out=not node_is_drained(info))
 
 
 def _set_drain(action: Action, slurm: SlurmBackend, info: dict) -> None:

@@ -89,7 +89,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     from . import ledger as ledger_of
     from . import mounts as mount_steps
     from .actions import execute
-    report_only = cfg.actions.report_only
+    report_only = cfg.actions.report_only and not dry_run     # a dry run says what it would do
     ledger = state.load(LEDGER)
     now = time.time()
     doc = state.load(INCIDENTS)
@@ -509,8 +509,11 @@ def drain_record(drain: dict, results, findings: list[Finding], node: str, resum
             keep = drain if drain.get("reason") == a.reason else {}
             # Since when the node is out of service: a re-worded reason of ours does not
             # put it back in service, so the drain's own time stays.
+            # A node put out of service now (its earlier drain undone by another hand)
+            # dates from now.
+            since = None if r.took_out else drain.get("at")
             return {"reason": a.reason, "resumable": resumable and keep.get("resumable", True),
-                    "passes": 0, "at": drain.get("at") or time.time()}
+                    "passes": 0, "at": since or time.time()}
         if a.kind == "drain" and r.code == Code.FOREIGN_DRAIN:
             return {}          # an admin's drain now: not ours to resume
         if a.kind == "resume" and r.outcome in (Outcome.DONE, Outcome.SKIPPED):

@@ -130,12 +130,15 @@ class Diagnosis(Waits):
             where += f" (not the node's: {CAUSE_LABEL[d.cause]})"
         asleep = " (asleep, S)" if s.state == "S" else ""
         summary = f"{who}pid {s.pid}{threads} {held}{asleep} in {call}{where}"
-        # The node reason must be stable across runs (no duration) and short, with "stuck"
-        # in the 20 columns `sinfo -R` shows: the pid comes last.
-        short_where = f" on {shorten_path(d.file, 100)}" if d.file else (f" at {d.wchan}" if d.wchan else "")
+        # The node reason must be stable across runs (no duration, nothing that changes
+        # when the job ends) and short, with "stuck" in the 20 columns `sinfo -R` shows:
+        # the pid comes last. `sinfo -R` is every user's to read: it names the mount, never
+        # the file a user's task had open (that goes to the job's AdminComment and the
+        # journal, which are not every user's).
+        short_where = (f" on {shorten_path(d.mountpoint, 100)}" if d.file and d.mountpoint
+                       else f" at {d.wchan}" if d.wchan else " on a file" if d.file else "")
         fs = f" ({d.fstype})" if d.fstype else ""
-        reason = (f"{'job ' + ref.job + ' ' if ref else ''}{'left ' if after_end else ''}"
-                  f"stuck in {call}{short_where}{fs}, pid {s.pid}")
+        reason = f"{'job ' + ref.job + ' ' if ref else ''}stuck in {call}{short_where}{fs}, pid {s.pid}"
         evidence = {
             "node": ctx.node, "job": ref.job if ref else None, "step": ref.step if ref else None,
             "task": ref.task if ref else None, "rank": d.rank, "pid": s.pid, "tids": d.tids,

@@ -19,6 +19,7 @@ faster.
 """
 from __future__ import annotations
 
+import errno
 import os
 
 from .. import TYPE_CHECKING
@@ -170,7 +171,7 @@ class DiagnoseConfig:
                            "is installed (it never stops the job).")
     pyspy: str = setting("auto",
                          doc="py-spy on the nodes: `auto` (next to this Python, then /usr/local/bin, "
-                         "/usr/bin, /opt/slurm-hooks/bin), a path, or `off`. Without it the report "
+                         "/usr/bin, /opt/slurm-hooks/current/bin), a path, or `off`. Without it the report "
                          "says there are no Python stacks and why.")
     collector: list = setting([], kind="strlist",
                               doc="Command that runs `job-report` on the nodes, as a list "
@@ -496,7 +497,9 @@ def _cache_put(cache_dir: str | None, path: str, key: list, cfg: Config) -> None
             f.write(jsonio.dumps({"key": key, "config": as_dict(cfg)}))
         os.replace(tmp, target)
     except OSError as e:
-        cfg.cache_error = f"configuration cache {cache_dir}: {e.strerror or e}"
+        # A user's own look (root's cache is root's) goes without the cache, unsaid.
+        if not (e.errno in (errno.EACCES, errno.EPERM) and os.geteuid() != 0):
+            cfg.cache_error = f"configuration cache {cache_dir}: {e.strerror or e}"
         try:
             os.unlink(tmp)
         except OSError:

@@ -166,6 +166,9 @@ class ActionResult:
     message: str = ""          # for people; never read by code
     retry: bool = False        # not done for want of Slurm (or of time): spooled for a later run
     code: Code | str = ""      # outcomes.Code: why (a plain string is taken as its value)
+    # drain: the node was in service until this drain (not a re-wording of a drain
+    # already in place): the local drain record dates from here.
+    took_out: bool = False
 
     def __post_init__(self):
         # Messages quote Slurm, which quotes reasons and comments people wrote.

@@ -57,7 +57,7 @@ def run(cfg: Config, hook: str, names: list[str] | None = None, act: bool = Fals
     ctx = Context(cfg, node, state, Runner(children, others=(PYSPY_STATE,)), hook=hook, job=job,
                   fs_timeout=fs_timeout)
     record = RunRecord(hook=hook, node=node, config=cfg.source, started=started, dry_run=dry_run,
-                       report_only=act and not dry_run and cfg.actions.report_only,
+                       report_only=act and cfg.actions.report_only,
                        job=job.id if job else None)
     beside = None
     if ctx.behaviour.tends_node and cfg.beside.command and not dry_run:   # it would act on its own

@@ -369,9 +369,26 @@ class Slurm(PrimedNodes):
         return self._run("-o", "show", "node").stdout
 
     def _node_state(self, node: str) -> dict[str, str] | None:
-        # Through `sinfo -n NODE`, which asks slurmctld for that node alone
-        # (REQUEST_NODE_INFO_SINGLE); `scontrol show node NODE` loads the whole node list
-        # and filters it in the client, and a prolog or epilog must not read the node list.
+        # Through Slurm's client library where it is there: that node alone, one RPC
+        # (REQUEST_NODE_INFO_SINGLE). Else `sinfo -n NODE`, which asks for that node alone
+        # too but then for every partition (a second RPC, only to print them);
+        # `scontrol show node NODE` loads the whole node list and filters it in the
+        # client, and a prolog or epilog must not read the node list.
+        if self.library:
+            from . import slurmlib
+            try:
+                out = self._exec([sys.executable, "-I", "-S", slurmlib.__file__, self._beside("scontrol"), "nodes",
+                                  node]).stdout
+            except SlurmUnavailable:
+                raise
+            except SlurmError as e:
+                if "Invalid node name" in str(e):
+                    return None
+                self.library = False         # no usable library: sinfo answers the same
+            else:
+                found = records(out, "NodeName=")
+                line = next((r for r in found if r.startswith(f"NodeName={node} ")), None)
+                return node_state_of(parse_oneliner(line)) if line else None
         sinfo = self._beside("sinfo")
         try:
             # The reason last: it is free text and may hold the separator.

@@ -670,15 +670,24 @@ def capture(cfg, job: str, timeout: float | None = None) -> str:
     `diagnose.on_requeue_timeout`)."""
     if not cfg.diagnose.on_requeue:
         return ""
+    from ..core.config import node_name
     try:
+        _, info = job_info(cfg, job)
+        if set(info.nodes) <= {node_name(cfg)}:
+            return ""          # a job of this node alone: its diagnosis is this run's own
         d = diagnose(cfg, job, timeout or cfg.diagnose.on_requeue_timeout, stacks=cfg.diagnose.stacks)
     except DiagnoseError as e:
         return f"{UNAVAILABLE}: {one_line(str(e))[:400]}"
     except Exception as e:          # the requeue must go on whatever happened here
         return f"{UNAVAILABLE}: {one_line(str(e))[:200]}"
+    # The job's record says which nodes were not reached, not the transport's own words
+    # (ssh's `Connection refused`, a host key): those are the admin's, from `diagnose`.
+    unreached = sorted(d.missing, key=natural_key)
     if not d.reports:
-        why = "; ".join(d.missing[n] for n in sorted(d.missing, key=natural_key)[:3])
-        return f"{UNAVAILABLE}: {one_line(why)[:400]}"
+        return (f"{UNAVAILABLE}: {len(unreached)} node(s) not reached ({', '.join(unreached[:8])}"
+                f"{' ...' if len(unreached) > 8 else ''}); `slurm-hooks diagnose {job}` says why")
+    d.missing = {n: f"{n} not reached" for n in unreached}
+    d.summary = summarise(d)
     return f"job-wide: {d.summary}"
 
 

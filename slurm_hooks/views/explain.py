@@ -33,16 +33,45 @@ SHARED_SCOPE = ("outage of ", "storage restart: ")
 MOUNT_CHECKS = ("filesystem", "stuck_tasks")
 
 
+def in_service(drain: dict, slurm_now: dict | None, prefix: str) -> str | None:
+    """What Slurm says now of a node whose drain of ours is recorded locally, where it
+    is back in service by another hand (`scontrol update state=resume`, `slurm-hooks
+    resume` from another host): its state; None while our drain stands, or unasked."""
+    from ..core.reason import is_ours
+    from ..slurm.api import foreign_states, node_is_drained
+    if not drain or not slurm_now or "State" not in slurm_now:
+        return None
+    if node_is_drained(slurm_now) or foreign_states(slurm_now):
+        return None
+    reason = str(slurm_now.get("Reason", "") or "")
+    if reason not in ("", "(null)", "none") and is_ours(reason, prefix):
+        return None
+    return str(slurm_now.get("State", "?"))
+
+
 def explain(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None,
-            report_only: bool = False) -> str:
+            report_only: bool = False, slurm_now: dict | None = None, prefix: str = "slurm-hooks:") -> str:
     """`incidents`: the mounts' incidents the health check keeps (decide/mount_incident.py):
-    each one's story, step by step, is told after the drain."""
+    each one's story, step by step, is told after the drain. `slurm_now`: the node's
+    record in Slurm now ({"error": ...} where Slurm did not answer; None: not asked),
+    which the local record of our drain is checked against."""
     mine = node_runs(records, node)
     lines = [f"slurm-hooks explain: node {node}"]
-    if drain:
+    back = in_service(drain, slurm_now, prefix)
+    if back is not None:
+        decided = _deciding_run(mine, drain.get("reason", ""))
+        lines.append(f"not drained: Slurm has the node in service ({back}); slurm-hooks drained it at "
+                     f"{_when(drain.get('at'))} ({drain.get('reason')}), and it was resumed since by another "
+                     "hand (an acting health check forgets that drain at its next run)")
+        if decided is not None:
+            lines.append(f"diagnosis of that drain ({decided.get('hook')} run of {decided.get('time')}):")
+            lines += _diagnosis(decided)
+    elif drain:
         decided = _deciding_run(mine, drain.get("reason", ""))
         lines.append(f"{_who_drained(decided, drain.get('reason', ''))} since {_when(drain.get('at'))}: "
                      f"{drain.get('reason')}")
+        if slurm_now and slurm_now.get("error"):
+            lines.append(f"  (the local record: Slurm did not answer: {str(slurm_now['error'])[:160]})")
         if report_only:
             lines.append("  auto-resume: no: report-only (actions.report_only) resumes nothing; "
                          "`slurm-hooks resume` does")
@@ -68,7 +97,8 @@ def explain(records: list[dict], node: str, drain: dict, runs: int = 10, inciden
             lines.append(f"diagnosis ({decided.get('hook')} run of {decided.get('time')}):")
             lines += _diagnosis(decided)
             lines.append("actions for it:")
-            lines += [f"  {a}" for a in _actions_since(mine, decided, _followups(records, node))]
+            lines += [f"  {a}" for a in _actions_since(mine, decided, _followups(records, node),
+                                                          drain.get("reason", ""))]
     else:
         lines.append("not drained by slurm-hooks (no drain recorded in local state)")
     for i in incidents or []:
@@ -210,14 +240,35 @@ def _followups(records: list[dict], node: str) -> list[dict]:
     return [r for r in records if r.get("event") == "action" and r.get("followup") and r.get("node") == node]
 
 
-def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None = None) -> list[str]:
+def _incidents_of(a: dict) -> set[str]:
+    """The incidents an action is about (`a+b`; a job's follow-ups carry `/completing`)."""
+    return {i.split("/")[0] for i in str(a.get("incident") or "").split("+") if i}
+
+
+def _of_this_drain(a: dict, incidents: set[str], jobs: set[str], reason: str) -> bool:
+    """An action of a later run that belongs to the drain being explained: about one of
+    its incidents or jobs, or the node's own drain, release and resume for it."""
+    if _incidents_of(a) & incidents or (a.get("job") and str(a.get("job")) in jobs):
+        return True
+    return a.get("kind") in ("drain", "resume", "release", "down", "reboot", "cancel_reboot", "undrain") \
+        and (not a.get("reason") or a.get("reason") == reason)
+
+
+def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None = None,
+                   reason: str = "") -> list[str]:
     from ..core.outcomes import result_word
     timed: list[tuple[str, dict]] = []
     seen = False
+    incidents = set().union(*[_incidents_of(a) for a in first.get("actions", [])])
+    jobs = {str(a.get("job")) for a in first.get("actions", []) if a.get("job")}
     for r in runs:
-        seen = seen or r is first
-        if seen:
+        if r is first:
+            seen = True
             timed += [(str(r.get("time")), a) for a in r.get("actions", [])]
+        elif seen:
+            # Later runs: only what they did about this drain, not the next incident's.
+            timed += [(str(r.get("time")), a) for a in r.get("actions", [])
+                      if _of_this_drain(a, incidents, jobs, reason)]
     timed += [(str(a.get("time")), a) for a in followups or [] if str(a.get("time")) >= str(first.get("time"))]
     out: list[tuple[str, str, int, str]] = []
     for when, a in sorted(timed, key=lambda t: t[0]):
@@ -231,6 +282,8 @@ def _actions_since(runs: list[dict], first: dict, followups: list[dict] | None =
             rest = msg[len(word):].strip()
             inner, _, tail = rest[1:].partition(")") if rest.startswith("(") else ("", "", rest)
             msg = f"{inner}{tail}".strip(" ;:")
+        if msg.endswith(word):          # `report only (actions.report_only): not done`
+            msg = msg[:-len(word)].strip(" ;:")
         line = f"{what}: {word}" + (f" ({msg})" if msg else "")
         if out and out[-1][1] == line:
             # The same word run after run (a job waiting on Slurm, a node held): once,

@@ -84,9 +84,19 @@ def clustershell_missing() -> str | None:
 
 
 def pip_of_this_installation() -> str:
-    """The pip that installs into the environment slurm-hooks runs in (packaging/install.sh:
-    /opt/slurm-hooks/bin/pip), not whichever `pip` is first on PATH."""
+    """The pip that installs into the environment slurm-hooks runs in, not whichever `pip`
+    is first on PATH. packaging/install.sh keeps each version's environment in
+    PREFIX/envs/ and links the one in use as PREFIX/current: that name, which outlives
+    the next upgrade, where it is this environment."""
     pip = os.path.join(os.path.dirname(sys.executable), "pip")
+    envs = os.path.dirname(sys.prefix)
+    if os.path.basename(envs) == "envs":
+        current = os.path.join(os.path.dirname(envs), "current")
+        try:
+            if os.path.realpath(current) == os.path.realpath(sys.prefix):
+                pip = os.path.join(current, "bin", "pip")
+        except OSError:
+            pass
     return pip if os.path.exists(pip) else f"{sys.executable} -m pip"
 
 

@@ -61,7 +61,7 @@ NVML_TIMEOUT = 5.0
 PYSPY_TIMEOUT = 3.0
 RESAMPLE = 0.05             # how often a thread caught running is looked at again
 FRAMES = 12                  # Python frames kept per thread
-PYSPY_SEARCH = ("/usr/local/bin", "/usr/bin", "/opt/slurm-hooks/bin")
+PYSPY_SEARCH = ("/usr/local/bin", "/usr/bin", "/opt/slurm-hooks/current/bin")
 
 
 @dataclass

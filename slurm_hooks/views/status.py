@@ -112,10 +112,16 @@ def collect(slurm, prefix: str, now: float | None = None, fresh_for: float = 135
                 age = max(0.0, now - time.mktime(time.strptime(since, STAMP_FORMAT)))
             except ValueError:
                 pass
+        # The jobs of this drain: those its reason or cause names. A job diagnosed on the
+        # node in an earlier incident is that incident's, not this drain's.
+        cause = read_cause(info.get(CAUSE_FIELD, ""))
+        named = f"{reason} {cause or ''}"
+        jobs = [j for j in jobs_by_node.get(info["NodeName"], [])
+                if re.search(rf"\bjob {re.escape(str(j['job']))}\b", named)]
         ours.append(DrainedNode(node=info["NodeName"], reason=words_of(reason, prefix), since=since,
-                                age_seconds=age, jobs=jobs_by_node.get(info["NodeName"], []),
+                                age_seconds=age, jobs=jobs,
                                 state=info.get("State", ""), reboot=reboot_progress(info, reason),
-                                cause=read_cause(info.get(CAUSE_FIELD, ""))))
+                                cause=cause))
     groups: dict[str, list[DrainedNode]] = {}
     for d in ours:
         groups.setdefault(cause_group(d.cause), []).append(d)
@@ -125,10 +131,15 @@ def collect(slurm, prefix: str, now: float | None = None, fresh_for: float = 135
                           for c, ns in ordered])
 
 
+# The checks whose drains have a mount behind them (views/explain.py: MOUNT_CHECKS).
+MOUNT_CHECKS = ("filesystem", "stuck_tasks")
+
+
 def _shared(cause: dict | None) -> bool:
-    """Can one cause fail many nodes at once? A place they share (a filesystem, a mount
-    tasks are stuck on, the fabric) can; a GPU is each node's own."""
-    return cause is not None and not str(cause.get("check", "")).startswith("gpu")
+    """Can one cause be the storage's outage? Only a shared mount's: a mount check's drain
+    that named the node's suspect network mounts (decide/mount_incident.py). A site
+    check, a GPU, the memory, a local disk failing on many nodes is many nodes' fault."""
+    return cause is not None and str(cause.get("check", "")) in MOUNT_CHECKS and bool(cause.get("mounts"))
 
 
 def age(seconds: float | None) -> str:
