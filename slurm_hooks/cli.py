@@ -339,7 +339,7 @@ def _explain(args) -> int:
         print(json.dumps(doc, indent=2, default=str))
     else:
         print(explain(records, node, drain, args.runs, incidents, report_only=cfg.actions.report_only,
-                      slurm_now=slurm_now, prefix=cfg.reason_prefix))
+                      slurm_now=slurm_now))
     return EXIT_OK
 
 

@@ -160,6 +160,9 @@ def test_explain_checks_the_recorded_drain_against_slurm():
     head = out.splitlines()[1]
     assert head.startswith("not drained: Slurm has the node in service (IDLE); slurm-hooks drained it at "), out
     assert "auto-resume" not in out and "drained by slurm-hooks since" not in out, out
+    # Slurm 25.11 keeps the last reason of a node an admin resumed: the state decides.
+    out = explain([run], "n1", drain, slurm_now={"NodeName": "n1", "State": "MIXED", "Reason": drain["reason"]})
+    assert out.splitlines()[1].startswith("not drained: Slurm has the node in service (MIXED)"), out
     out = explain([run], "n1", drain, slurm_now={"NodeName": "n1", "State": "IDLE+DRAIN", "Reason": drain["reason"]})
     assert out.splitlines()[1].startswith("drained by slurm-hooks since "), out
     out = explain([run], "n1", drain, slurm_now={"error": "scontrol gave no answer within 5s"})

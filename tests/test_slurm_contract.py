@@ -68,18 +68,23 @@ class Side:
 
     def state(self, name: str) -> dict | None:
         info = self.slurm.node_state(name)
-        return None if info is None else self._one(normal(info))
+        return None if info is None else self._one(normal(info), one_node_load=True)
 
-    def _one(self, record: dict) -> dict:
-        # pyslurm's one-node load says MIXED or ALLOCATED for a partly allocated node, at
-        # moments no case controls (its node list, and every other backend, say MIXED).
-        if self.backend == "pyslurm":
+    def _one(self, record: dict, one_node_load: bool = False) -> dict:
+        # Slurm's one-node load says MIXED or ALLOCATED for a partly allocated node, at
+        # moments no case controls (its node list, and sinfo, say MIXED): pyslurm's every
+        # read of one node, and the scontrol backend's node_state through the library.
+        if self.backend == "pyslurm" or (one_node_load and self.backend == "scontrol" and self.library):
             record["State"] = record["State"].replace("MIXED", "ALLOCATED", 1)
         return record
 
     @property
     def backend(self) -> str:
         return getattr(self.slurm, "backend", self.slurm.name)
+
+    @property
+    def library(self) -> bool:
+        return bool(getattr(self.slurm, "library", False))
 
     def job(self, job: str) -> dict | None:
         info = self.slurm.show_job(job)
@@ -287,6 +292,10 @@ def sides(clean_cluster, user):
                           requeue_hold=HOLD), user)
     # Where the cluster stands: Slurm 25.11 keeps the last reason of a node in service.
     fake.slurm.seed(real.slurm.list_nodes())
+    # Whether the real scontrol backend reads a node's state through Slurm's library
+    # (known once it tried): the fake does the same.
+    real.slurm.node_state("n1")
+    fake.slurm.library = real.library
     yield real, fake
     user.cleanup()
 

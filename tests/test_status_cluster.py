@@ -62,7 +62,7 @@ def test_status_claims_no_requeue_it_did_not_do(clean_cluster, tmp_path):
     cfg.write_text(yaml.safe_dump({"slurm": cluster.hooks_slurm()}))
     r = subprocess.run([str(SLURM_HOOKS), "-c", str(cfg), "status"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    [line] = [ln for ln in r.stdout.splitlines() if f"job {job} " in ln]
+    [line] = [ln for ln in r.stdout.splitlines() if ln.strip().startswith(f"job {job} ")]   # not the reason
     assert "requeued" not in line, line
     assert f"job {job} diagnosed by slurm-hooks (Slurm's record: " in line and "restarts 1)" in line, line
     cluster.run("scancel", str(job))

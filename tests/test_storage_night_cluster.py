@@ -257,7 +257,12 @@ def test_a_node_an_admin_resumed_is_no_witness_of_an_outage(clean_cluster, mallo
         mounts["n2"].stall()
         cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2") and SOURCE in
                          cluster.show_node("n2").get("Comment", ""), 4 * INTERVAL + 10, what="n2 drained, naming it")
+        seen = len(journal(tmp_path, "n2"))
         mounts["n2"].resume()
+        # A run in flight may still have seen the hang (and drain again after the admin's
+        # resume, rightly): the admin resumes once a run found the mount answering.
+        cluster.wait_for(lambda: any(r.get("status") == "healthy" for r in journal(tmp_path, "n2")[seen:]),
+                         2 * INTERVAL + 10, what="a run of n2 that finds its mount answering")
         cluster.scontrol("update", "nodename=n2", "state=resume")          # the admin's hand
         cluster.wait_for(lambda: SOURCE not in cluster.show_node("n2").get("Comment", ""), 4 * INTERVAL + 10,
                          what="n2's word taken out of its Comment")

@@ -127,6 +127,9 @@ class FakeSlurm(PrimedNodes):
         # long a requeued job waits once it left COMPLETING (Slurm adds a second).
         self.requeue_hold = requeue_hold
         self.backend = backend                          # whose RPC counts rpcs() gives
+        # The scontrol backend reads one node's state through Slurm's client library
+        # (one RPC) where it loads, else through sinfo (two): what it does here.
+        self.library = True
         self.return_to_service = return_to_service      # slurm.conf's ReturnToService
         self.version = version
         self.user = user                                # who the calls run as (the stamp's user)
@@ -161,7 +164,9 @@ class FakeSlurm(PrimedNodes):
     def rpcs(self) -> int:
         """The RPCs slurmctld served for the calls so far, as sdiag counts them for the
         real backend this fake stands for (RPC_WEIGHTS)."""
-        weight = RPC_WEIGHTS[self.backend]
+        weight = dict(RPC_WEIGHTS[self.backend])
+        if self.backend == "scontrol" and self.library:
+            weight["node_state"] = 1                    # REQUEST_NODE_INFO_SINGLE alone
         return sum(weight.get(op, 1) * n for op, n in self.calls.items())
 
     def _rpc(self, op: str) -> None:
@@ -335,12 +340,14 @@ class FakeSlurm(PrimedNodes):
     def _shown(self, n: FakeNode, how: str) -> str:
         """The node's state as the backend's call `how` shows it: a partly allocated node
         is MIXED, but for sinfo, which the scontrol backend reads one node's state
-        through: on 22.05 it says ALLOCATED for one being drained. (pyslurm's one-node
-        load says MIXED or ALLOCATED at moments no test controls.)"""
+        through where Slurm's library does not load: on 22.05 it says ALLOCATED for one
+        being drained. (Slurm's one-node load, pyslurm's and the library's, says MIXED or
+        ALLOCATED at moments no test controls.)"""
         state = n.state()
         if n.base != "MIXED":
             return state
-        if self.backend == "scontrol" and how == "state" and "DRAIN" in n.flags and self._major() < 23:
+        if (self.backend == "scontrol" and not self.library and how == "state" and "DRAIN" in n.flags
+                and self._major() < 23):
             return state.replace("MIXED", "ALLOCATED", 1)
         return state
 

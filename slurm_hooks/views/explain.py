@@ -33,31 +33,29 @@ SHARED_SCOPE = ("outage of ", "storage restart: ")
 MOUNT_CHECKS = ("filesystem", "stuck_tasks")
 
 
-def in_service(drain: dict, slurm_now: dict | None, prefix: str) -> str | None:
+def in_service(drain: dict, slurm_now: dict | None) -> str | None:
     """What Slurm says now of a node whose drain of ours is recorded locally, where it
     is back in service by another hand (`scontrol update state=resume`, `slurm-hooks
     resume` from another host): its state; None while our drain stands, or unasked."""
-    from ..core.reason import is_ours
     from ..slurm.api import foreign_states, node_is_drained
     if not drain or not slurm_now or "State" not in slurm_now:
         return None
+    # The state alone: Slurm 25.11 keeps a node's last reason, ours too, once an admin
+    # resumed it. Our own DOWN (release_node) is a foreign state here: still ours.
     if node_is_drained(slurm_now) or foreign_states(slurm_now):
-        return None
-    reason = str(slurm_now.get("Reason", "") or "")
-    if reason not in ("", "(null)", "none") and is_ours(reason, prefix):
         return None
     return str(slurm_now.get("State", "?"))
 
 
 def explain(records: list[dict], node: str, drain: dict, runs: int = 10, incidents: list | None = None,
-            report_only: bool = False, slurm_now: dict | None = None, prefix: str = "slurm-hooks:") -> str:
+            report_only: bool = False, slurm_now: dict | None = None) -> str:
     """`incidents`: the mounts' incidents the health check keeps (decide/mount_incident.py):
     each one's story, step by step, is told after the drain. `slurm_now`: the node's
     record in Slurm now ({"error": ...} where Slurm did not answer; None: not asked),
     which the local record of our drain is checked against."""
     mine = node_runs(records, node)
     lines = [f"slurm-hooks explain: node {node}"]
-    back = in_service(drain, slurm_now, prefix)
+    back = in_service(drain, slurm_now)
     if back is not None:
         decided = _deciding_run(mine, drain.get("reason", ""))
         lines.append(f"not drained: Slurm has the node in service ({back}); slurm-hooks drained it at "
