@@ -1,8 +1,9 @@
 """What failing health checks cost slurmctld while the drain-storm breaker holds them.
 
     flock /tmp/shk-pytest.lock .venv/bin/python bench/breaker_rpcs.py [--slurm-prefix=PREFIX] [--runs 16] [--hung]
+        [--nodes 32]
 
-A 32-node Slurm cluster on this host (tests/slurmcluster.py, as the scale tests start
+A 32-node (--nodes) Slurm cluster on this host (tests/slurmcluster.py, as the scale tests start
 it), every node's health check failing (a configured filesystem that is not mounted),
 `policy.max_drained_nodes: 3`. Round 1: RUNS health checks started at the same moment
 (slurmd starts HealthCheckProgram without CYCLE), from no node drained: some drain,
@@ -31,6 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 BIN = Path(sys.executable).parent
 NODES = tuple(f"s{i}" for i in range(1, 33))
+
+
+def nodes_of(count: int) -> tuple[str, ...]:
+    return tuple(f"s{i}" for i in range(1, count + 1))
 LIMIT = 3
 
 
@@ -55,7 +60,8 @@ def _round(c, nodes, conf_dir: Path, tmp: Path) -> tuple[dict, collections.Count
     return spent, outcomes
 
 
-def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: bool = False) -> list[dict]:
+def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: bool = False,
+          nodes: tuple[str, ...] = NODES) -> list[dict]:
     from helpers import write_node_configs
     from slurmcluster import SlurmCluster
     out = []
@@ -68,7 +74,7 @@ def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: b
     else:
         fs = {"path": str(root / "absent" / "scratch"), "mountpoint": str(root / "absent")}
     rounds = ("round 1: from none drained", "round 2: at the limit") + (("round 3: the same",) if hung else ())
-    with SlurmCluster(root / "slurm", nodes=NODES, start_timeout=180.0, cluster_name="hooksrpc", prefix=prefix) as c:
+    with SlurmCluster(root / "slurm", nodes=nodes, start_timeout=180.0, cluster_name="hooksrpc", prefix=prefix) as c:
         c.backend = backend
         conf_dir = root / "conf"
         write_node_configs(root, c, {}, {
@@ -77,10 +83,10 @@ def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: b
             "stuck_tasks": {"enabled": False}, "gpu": {"enabled": "false"},
             "prometheus_textfile_dir": None, "syslog": False,
             "policy": {"max_drained_nodes": LIMIT, "max_drained_fraction": 0}})
-        nodes = NODES[:runs]
+        running = nodes[:runs]
         for name in rounds:
-            spent, outcomes = _round(c, nodes, conf_dir, root)
-            out.append({"slurm": c.version, "backend": backend or "auto", "round": name, "runs": len(nodes),
+            spent, outcomes = _round(c, running, conf_dir, root)
+            out.append({"slurm": c.version, "backend": backend or "auto", "round": name, "runs": len(running),
                         "rpcs": spent, "total": sum(spent.values()), "drains": dict(outcomes)})
         c.resume_all()
     if mount is not None:
@@ -91,9 +97,10 @@ def bench(prefix: str | None, backend: str | None, runs: int, tmp: Path, hung: b
 def main() -> int:
     prefix = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--slurm-prefix=")), None)
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 16
+    count = int(sys.argv[sys.argv.index("--nodes") + 1]) if "--nodes" in sys.argv else len(NODES)
     tmp = Path(tempfile.mkdtemp(prefix="shk-bench-rpcs-"))
     for backend in (("scontrol", "pyslurm") if prefix else ("scontrol",)):
-        for r in bench(prefix, backend, runs, tmp, "--hung" in sys.argv):
+        for r in bench(prefix, backend, runs, tmp, "--hung" in sys.argv, nodes_of(max(count, runs))):
             held = r["drains"].get("held", 0)
             print(f"Slurm {r['slurm']} {r['backend']:8} {r['round']:27} {r['runs']} runs: {r['total']} RPCs "
                   f"({r['total'] / r['runs']:.2f}/run) {r['rpcs']}; drains {r['drains']}")

@@ -7,7 +7,9 @@ BENCHMARKS.md).
    sshd (clush) or slurmd (srun) stopped (SIGSTOP) and --timeout 5. Targets: <= 2 s;
    a node that does not answer costs only the deadline (<= timeout + 2 s).
 2. 32-node test cluster (32 `slurmd -N` here), a 32-rank job: diagnose wall time
-   (median of 3), each fan-out. Target: <= 5 s, the odd rank named.
+   (median of 3), each fan-out. Target: <= 5 s, the odd rank named. Then the same job
+   of an unprivileged user (Slurm refuses root a step in it): root's own fan-out,
+   ClusterShell over ssh, the same target.
 3. The same 32 nodes, one filesystem outage (a required mount missing on every node),
    32 health checks started at the same moment, five times from a clean cluster: nodes
    drained against the breaker's limit (3), slurmctld RPCs by type from `sdiag` (reset
@@ -54,6 +56,22 @@ def start_job(cluster, tmp: Path, odd: int) -> int:
     job = cluster.sbatch(f"-N{n}", "-o", "/dev/null", script=(
         f"#!/bin/sh\nsrun -N{n} --ntasks-per-node=1 {sys.executable} {tmp}/ranks.py {barrier} {odd}\n"))
     cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 120, what="ranks started")
+    return job
+
+
+def start_user_job(cluster, user, odd: int) -> int:
+    """The same job, an unprivileged user's: their script, ranks and barrier in their home."""
+    from attacker import PY
+    from test_security import readable_by_users
+    n = len(cluster.nodes)
+    barrier = user.mkdir(f"barrier-{cluster.cluster_name}")
+    ranks = user.write("ranks.py", RANKS, 0o644)
+    script = user.write("job.sh", f"#!/bin/sh\nexec {cluster.binary('srun')} -N{n} --ntasks-per-node=1 {PY} "
+                                  f"{ranks} {barrier} {odd}\n", 0o755)
+    r = user.run(cluster.binary("sbatch"), "--parsable", f"-N{n}", "--chdir", user.home, "-o", "/dev/null",
+                 script, env=user.env(SLURM_CONF=str(readable_by_users(cluster))))
+    job = int(r.stdout.strip().split(";")[0])
+    cluster.wait_for(lambda: len(list(barrier.glob("started.*"))) >= n, 120, what="the user's ranks started")
     return job
 
 
@@ -219,6 +237,13 @@ def thirty_two_nodes(SlurmCluster, tmp: Path, diagnose_only: bool) -> None:
             print(f"32 nodes, {fanout}, no stacks:", median(c32, tmp, job, 3, "--no-stacks", fanout=fanout))
             print(f"32 nodes, {fanout}, stacks:   ", median(c32, tmp, job, 3, fanout=fanout))
         c32.cancel_all()
+        from attacker import unprivileged_user
+        with unprivileged_user("shk-bench") as user:
+            job = start_user_job(c32, user, odd=17)
+            print("32 nodes, a user's job, clush, no stacks:", median(c32, tmp, job, 3, "--no-stacks"))
+            print("32 nodes, a user's job, clush, stacks:   ", median(c32, tmp, job, 3))
+            c32.cancel_all()
+            user.cleanup()
         if not diagnose_only:
             node_list_reads(c32)
             storm(c32, tmp)

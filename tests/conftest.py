@@ -18,7 +18,7 @@ except ImportError:
 # Slurm (--slurm-prefix) runs: once, with slurm-hooks' default backend (auto), or once
 # per backend when it is marked `per_backend` (a test of the backends' Slurm calls
 # themselves: tests/test_slurm_contract.py and the semantics tests).
-CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "cluster32"})
+CLUSTER_FIXTURES = frozenset({"cluster", "clean_cluster", "scale_cluster"})
 BACKENDS = ("scontrol", "pyslurm")
 HOW_TO_BUILD = ("set SLURM_SRC=/path/to/slurm-25.11.x.tar.xz (a Slurm source release) and run "
                 "`bash tests/run.sh`, which builds it (tests/build_slurm.sh) and pyslurm against it")
@@ -118,7 +118,7 @@ def _backend_under_test(request):
     if backend is None or not _slurm_facing(request.fixturenames):
         yield
         return
-    clusters = [request.getfixturevalue(n) for n in ("cluster", "cluster32") if n in request.fixturenames]
+    clusters = [request.getfixturevalue(n) for n in ("cluster", "scale_cluster") if n in request.fixturenames]
     if "clean_cluster" in request.fixturenames:
         clusters.append(request.getfixturevalue("cluster"))
     for c in clusters:
@@ -157,16 +157,16 @@ def clean_cluster(cluster):
     cluster.reset()
 
 
-SCALE_NODES = tuple(f"s{i}" for i in range(1, 33))
+SCALE_NODES = tuple(f"s{i}" for i in range(1, 49))
 
 
 @pytest.fixture(scope="module")
-def cluster32(request, tmp_path_factory):
-    """A second, separate Slurm cluster of 32 slurmd (s1..s32) on this one host, for
+def scale_cluster(request, tmp_path_factory):
+    """A second, separate Slurm cluster of 48 slurmd (s1..s48) on this one host, for
     the scale tests only; its own names, ports and cgroups, so it runs beside
-    ``cluster``. Started per module and stopped after it (32 slurmd hold memory)."""
-    slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm32"), nodes=SCALE_NODES,
-                         start_timeout=180.0, cluster_name="hooks32")
+    ``cluster``. Started per module and stopped after it (48 slurmd hold memory)."""
+    slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm48"), nodes=SCALE_NODES,
+                         start_timeout=240.0, cluster_name="hooks48")
     try:
         slurm.start()
         yield slurm
@@ -176,7 +176,7 @@ def cluster32(request, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sshd(tmp_path_factory):
-    """root's ssh onto every test node name (n1..n3, s1..s32), all 127.0.0.1: one real
+    """root's ssh onto every test node name (n1..n3, s1..s48), all 127.0.0.1: one real
     sshd for the session and an ssh_config that maps the names to it (tests/sshd.py).
     `slurm-hooks diagnose` reaches the nodes of another user's job this way."""
     try:

@@ -2,7 +2,7 @@
 
 `slurm-hooks diagnose` reaches the nodes of another user's job as root over ssh
 (ClusterShell), as a site allows root ssh between its nodes. Every test node (n1..n3,
-s1..s32) is 127.0.0.1 here, so one Debian `sshd` (openssh-server) serves them all on a
+s1..s48) is 127.0.0.1 here, so one Debian `sshd` (openssh-server) serves them all on a
 free port, with:
 
 - a host key and a client key made for the session (ssh-keygen), root's public key in

@@ -127,18 +127,18 @@ def test_the_job_alone_on_the_node_runs_again_on_the_others(clean_cluster, mallo
     starts = [a for a in acts(tmp_path, "n1", "start") if a["outcome"] != "skipped" or a["code"] != "completing"]
     if cluster.version.startswith("22."):
         # 22.05 starts a job let go by a DOWN node at once, without its hold (a Slurm bug,
-        # fixed in 23.11.11): nothing left for slurm-hooks to do.
-        assert took < 30, took
+        # fixed in 23.11.11): nothing left for slurm-hooks to do. (How soon, a loaded test
+        # host aside, is bench/requeue_clock.py's to say.)
         # (a run may still see it let go and not yet scheduled: asked again later, nothing done)
         assert {a["code"] for a in starts} <= {"not_waiting", "unscheduled"}, starts
         assert not [a for a in starts if a["outcome"] == "done"], starts
     elif restart_now:
-        assert took < 30, took
         assert [(a["outcome"], a["code"]) for a in starts] == [("done", "start_asked")], starts
         assert "start asked at " in comment, comment
     else:
-        # Slurm's hold runs its course (the next pass starts the job: sched_interval 1 s).
-        assert took < 30 + HOLD, took
+        # Slurm's hold runs its course (the next pass starts the job: sched_interval 1 s);
+        # how soon is bench/requeue_clock.py's to say.
+        assert took >= HOLD, took
         assert not [a for a in starts if a["outcome"] == "done"], starts
     (tmp_path / f"took-{cluster.version}-{restart_now}").write_text(f"{took:.1f}")
     print(f"freeze -> running again: {took:.1f}s (Slurm {cluster.version}, restart_now {restart_now})")

@@ -73,8 +73,8 @@ class Side:
     def _one(self, record: dict, one_node_load: bool = False) -> dict:
         # Slurm's one-node load says MIXED or ALLOCATED for a partly allocated node, at
         # moments no case controls (its node list, and sinfo, say MIXED): pyslurm's every
-        # read of one node, and the scontrol backend's node_state through the library.
-        if self.backend == "pyslurm" or (one_node_load and self.backend == "scontrol" and self.library):
+        # read of one node, and node_state through the library (both backends).
+        if self.backend == "pyslurm" or (one_node_load and self.library):
             record["State"] = record["State"].replace("MIXED", "ALLOCATED", 1)
         return record
 
@@ -84,7 +84,10 @@ class Side:
 
     @property
     def library(self) -> bool:
-        return bool(getattr(self.slurm, "library", False))
+        # Whether node_state goes through Slurm's library: the scontrol backend's own,
+        # or the one the pyslurm backend reads one node through.
+        slurm = getattr(self.slurm, "_scontrol", self.slurm)
+        return bool(getattr(slurm, "library", False))
 
     def job(self, job: str) -> dict | None:
         info = self.slurm.show_job(job)

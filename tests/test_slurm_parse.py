@@ -177,3 +177,30 @@ def test_an_error_carries_its_code_and_its_words_apart():
 def test_srun_refusing_a_step_to_someone_not_the_job_s_owner():
     assert step_refused("srun: error: Unable to create step for job 7: Access/permission denied")
     assert not step_refused("srun: error: b3: task 2: Exited with exit code 1")
+
+
+def test_the_breakers_lean_parse_reads_what_the_whole_parse_reads():
+    """The node table is read on every failing run (thousands of nodes): the lean parse
+    takes NodeName, State, Reason, Comment and what follows them, exactly as the whole
+    parse does, forged stamps, keys inside free text and reasons without a stamp too."""
+    from slurm_hooks.slurm.scontrol import parse_nodes_lean
+    comment = 'slurm-hooks:cause {"check":"filesystem","where":"/g a=b","mounts":[["s","gpfs","/g CPUTot=1"]]}'
+    lines = [
+        NODE,
+        node_line("n2", "fs /scratch hung /scratch/u/a [x@2020-01-01T00:00:00] Comment=b [slurm-hooks]" + REAL,
+                  f" Comment={comment} Extra=e ReservationName=maint"),
+        node_line("n3", "Kill task failed (JobId=7 StepId=0)"),
+        node_line("n4", "Not responding" + REAL, " Comment=ops CPUTot=9 later words"),
+        "NodeName=n5 Arch=x86_64 CPUTot=2 State=IDLE ThreadsPerCore=1 Partitions=debug",
+        f"NodeName=n6 Arch=x86_64 CPUTot=2 State=MIXED Partitions=debug Comment={comment}",
+        "NodeName=n7 Arch=x86_64 CPUTot=2 ThreadsPerCore=1",            # no State: the whole parse
+        node_line("n8", "fs /s/[a@0 [slurm-hooks]" + REAL),
+    ]
+    lean = parse_nodes_lean(lines)
+    for line, got in zip(lines, lean):
+        whole = parse_oneliner(line)
+        assert {"NodeName", "State"} <= set(got) or "State" not in whole, got
+        assert got == {k: whole[k] for k in got}, line
+        for key in ("NodeName", "State", "Reason", "Comment", "Extra", "ReservationName"):
+            assert got.get(key) == whole.get(key), (key, line)
+    assert lean[1]["Comment"] == comment and lean[3]["Comment"] == "ops CPUTot=9 later words"

@@ -137,7 +137,7 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
     every = mount_steps.interval(cfg, state) if live else mount_steps.DEFAULT_INTERVAL
     if live and run.tends_node:
         if view is None and slurm is not None:
-            view = _view(cfg, slurm)       # the other nodes' word on the mounts: one node-table read
+            view = _view(cfg, slurm, node)       # the other nodes' word on the mounts: one node-table read
         named: dict | None
         if view is not None:
             named = mounts.witnesses(view.infos, node, now, mount_steps.fresh_for(every), cfg.reason_prefix)
@@ -276,13 +276,18 @@ def _hysteresis(cfg: Config) -> int:
     return max([1] + [int(wanted.get(c, 1)) for c in ("filesystem", "stuck_tasks")])
 
 
-def _view(cfg: Config, slurm):
+def _view(cfg: Config, slurm, node: str):
+    """The cluster's node table, read once for the run; this node's own record in it
+    answers the run's later lookups of the node (no second RPC)."""
     from ..decide.breaker import cluster_view
     from ..slurm.api import SlurmError
     try:
-        return cluster_view(slurm, cfg.reason_prefix)
+        view = cluster_view(slurm, cfg.reason_prefix)
     except SlurmError:
         return None
+    if node in view.infos:
+        slurm.prime_node(view.infos[node])
+    return view
 
 
 def _name_mounts(actions: list, entries: list, words: str) -> None:

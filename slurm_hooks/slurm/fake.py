@@ -127,8 +127,8 @@ class FakeSlurm(PrimedNodes):
         # long a requeued job waits once it left COMPLETING (Slurm adds a second).
         self.requeue_hold = requeue_hold
         self.backend = backend                          # whose RPC counts rpcs() gives
-        # The scontrol backend reads one node's state through Slurm's client library
-        # (one RPC) where it loads, else through sinfo (two): what it does here.
+        # Both backends read one node's state through Slurm's client library (one RPC)
+        # where it loads, else through sinfo (two): what they do here.
         self.library = True
         self.return_to_service = return_to_service      # slurm.conf's ReturnToService
         self.version = version
@@ -165,7 +165,7 @@ class FakeSlurm(PrimedNodes):
         """The RPCs slurmctld served for the calls so far, as sdiag counts them for the
         real backend this fake stands for (RPC_WEIGHTS)."""
         weight = dict(RPC_WEIGHTS[self.backend])
-        if self.backend == "scontrol" and self.library:
+        if self.library:
             weight["node_state"] = 1                    # REQUEST_NODE_INFO_SINGLE alone
         return sum(weight.get(op, 1) * n for op, n in self.calls.items())
 

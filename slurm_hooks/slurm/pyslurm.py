@@ -40,7 +40,6 @@ from .api import (
     SlurmCode,
     SlurmError,
     SlurmUnavailable,
-    node_state_of,
 )
 from .scontrol import said_code
 
@@ -114,8 +113,13 @@ class PyslurmBackend(PrimedNodes):
         return self._call("node", node)
 
     def _node_state(self, node: str) -> dict | None:
-        # One REQUEST_NODE_INFO_SINGLE, never the node list (pyslurm's Node.load).
-        return node_state_of(self._show_node(node))
+        # pyslurm's Node.load asks for the node, then for every partition (two RPCs): a
+        # health check asks for the node alone, through the libslurm of the Slurm pyslurm
+        # was matched to (slurm/slurmlib.py, REQUEST_NODE_INFO_SINGLE), as the scontrol
+        # backend does.
+        if self.choice.error:
+            raise BackendError(self.choice.error)
+        return self._scontrol.node_state(node)
 
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")

@@ -81,16 +81,62 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
     return out
 
 
+_HEAD_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:.\[\]]*)=")
+
+
+def parse_nodes_lean(lines: list[str]) -> list[dict[str, str]]:
+    """What the breaker and the outage decision read of each node (NodeName, State,
+    Reason, Comment, and what Slurm prints after them), as parse_oneliner gives them,
+    at a fraction of its cost: the node table, thousands of nodes, is read on every
+    failing run.
+
+    Everything before ` Reason=` (or ` Comment=` without a reason) is Slurm's own and
+    holds no free text (_cut_node_reason): of it only NodeName and State are taken, and
+    its keys, learnt once from the first record (one layout per Slurm release), tell
+    text after it from keys as the whole line's parse tells them. The rest is parsed as
+    parse_oneliner does."""
+    out: list[dict[str, str]] = []
+    seen: frozenset | None = None
+    for line in lines:
+        line = line.strip()
+        cut = line.find(" Reason=")
+        if cut < 0:
+            cut = line.find(" Comment=")
+        end = len(line) if cut < 0 else cut
+        at = line.find(" State=", 0, end)
+        if at < 0 or not line.startswith("NodeName="):
+            out.append(parse_oneliner(line))     # not the layout this expects: the whole parse
+            continue
+        stop = line.find(" ", at + 7, end)
+        rec = {"NodeName": line[len("NodeName="):line.find(" ")], "State": line[at + 7:end if stop < 0 else stop]}
+        if cut >= 0:
+            if seen is None:
+                seen = frozenset(_HEAD_KEY.findall(line, 0, cut))
+            _tail(line[cut:], rec, seen)
+        out.append(rec)
+    return out
+
+
+def _tail(tail: str, rec: dict[str, str], seen: frozenset) -> None:
+    """A node line's Reason, Comment and what follows, from ` Reason=...`, into rec."""
+    head, reason, after = _cut_node_reason(tail)
+    _pieces(head.lstrip(" "), rec, None, None, open_reason=reason is None, seen=seen)
+    if reason is not None:
+        rec["Reason"] = reason
+        _pieces(after, rec, "Reason", None, open_reason=False, seen=seen)
+
+
 def _pieces(text: str, out: dict[str, str], current: str | None, known: frozenset | None,
-            open_reason: bool) -> None:
+            open_reason: bool, seen: frozenset = frozenset()) -> None:
     """The Key=Value pieces of `text` into `out`; `current`: the key a leading piece
-    without one continues; `open_reason`: a Reason takes every piece after it."""
+    without one continues; `open_reason`: a Reason takes every piece after it; `seen`:
+    keys of the line met before `text`, besides those in `out`."""
     if not text:
         return
     for piece in _TOKEN.split(text):
         key, sep, value = piece.partition("=")
         if current in FREE_TEXT and (not sep or (known is not None and key not in known)
-                                     or (known is None and _looks_like_text(key, out))
+                                     or (known is None and (_looks_like_text(key, out) or key in seen))
                                      or (open_reason and current == "Reason")):
             out[current] += " " + piece
             continue
@@ -326,8 +372,9 @@ class Slurm(PrimedNodes):
         return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
 
     def list_nodes_alone(self) -> list[dict[str, str]]:
-        """list_nodes(), which already asks for the nodes alone (node_lines)."""
-        return self.list_nodes()
+        """Every node's NodeName, State, Reason and Comment (parse_nodes_lean), from the
+        node list alone (node_lines: one RPC): the breaker's and the outage's read."""
+        return parse_nodes_lean(records(self.node_lines(), "NodeName="))
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
