@@ -78,7 +78,7 @@ def one_table(prefix: str | None, declared: int, runs: int, tmp: Path) -> dict:
         spent = sdiag_times(c)
         spent.pop("REQUEST_STATS_INFO", None)
         count, total = spent.get("REQUEST_NODE_INFO", (0, 0))
-        slurm = open_backend(SlurmConfig(**c.hooks_slurm(timeout=20)))
+        slurm = open_backend(SlurmConfig(**dict(c.hooks_slurm(timeout=20), backend="scontrol")))
         lines = records(slurm.node_lines(), "NodeName=")
         parse = {}
         for name, fn in (("whole", lambda: [parse_oneliner(x) for x in lines]),
@@ -89,7 +89,6 @@ def one_table(prefix: str | None, declared: int, runs: int, tmp: Path) -> dict:
                 fn()
                 best.append(time.perf_counter() - t)
             parse[name] = min(best)
-        c.resume_all()
         return {"slurm": c.version, "declared": declared, "nodes_listed": len(lines), "runs": runs,
                 "wall_median": statistics.median(walls), "wall_min": min(walls),
                 "rpcs_per_run": sum(n for n, _ in spent.values()) / runs, "rpcs": {k: n for k, (n, _) in spent.items()},

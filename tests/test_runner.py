@@ -105,3 +105,17 @@ def test_a_child_that_answered_in_time_is_no_hang_when_collected_late(tmp_path):
     out = r.collect(batch)
     assert out["t:quick"].status == DONE and out["t:quick"].value == {"double": 8}
     assert out["t:slow"].status == HUNG
+
+
+def test_a_node_table_of_thousands_of_nodes_is_read_whole():
+    """A program's output is capped (1 MiB) unless the caller allows more: the node table
+    of a 4,096-node cluster (about 2.4 MB) is read whole, never cut to the first nodes."""
+    import sys
+
+    from slurm_hooks.host.runner import MAX_RESULT, run_command
+    from slurm_hooks.slurm.scontrol import NODE_TABLE_MAX
+    code = "import sys\nfor i in range(4096): sys.stdout.write('NodeName=x%d State=IDLE ' % i + 'x' * 580 + '\\n')"
+    cut = run_command([sys.executable, "-c", code], 30)
+    assert len(cut.stdout) <= MAX_RESULT + 65536 and cut.stdout.count("\n") < 4096
+    whole = run_command([sys.executable, "-c", code], 30, max_output=NODE_TABLE_MAX)
+    assert whole.ok and whole.stdout.count("\n") == 4096

@@ -526,7 +526,8 @@ class CommandResult:
         return text or f"{os.path.basename(self.argv[0])} exited with status {self.rc}"
 
 
-def run_command(argv: list, timeout: float, env: dict | None = None, exec_fd: int | None = None) -> CommandResult:
+def run_command(argv: list, timeout: float, env: dict | None = None, exec_fd: int | None = None,
+                max_output: int = MAX_RESULT) -> CommandResult:
     """Run a program (argv list, absolute path, no shell) with a hard deadline.
 
     Built on fork+exec rather than subprocess.Popen, whose parent blocks until exec()
@@ -583,7 +584,7 @@ def run_command(argv: list, timeout: float, env: dict | None = None, exec_fd: in
                     data = os.read(fd, 65536)
                 except BlockingIOError:
                     continue
-                if data and len(bufs[fd]) < MAX_RESULT:
+                if data and len(bufs[fd]) < max_output:
                     bufs[fd] += data
                 elif not data:
                     poller.unregister(fd)

@@ -27,7 +27,7 @@ import sys
 import time
 
 from .. import TYPE_CHECKING
-from ..host.runner import NOT_RUN, SAFE_PATH, CommandResult, run_command
+from ..host.runner import MAX_RESULT, NOT_RUN, SAFE_PATH, CommandResult, run_command
 from .api import (
     CAUSE_FIELD,
     MIN_CALL,
@@ -80,6 +80,11 @@ def parse_oneliner(line: str, known: frozenset | None = None) -> dict[str, str]:
         _pieces(tail, out, "Reason", known, open_reason=False)
     return out
 
+
+# The node table of a big cluster is a few MB (about 600 bytes a node: 2.4 MB at 4,096
+# nodes), past the runner's default cap on a program's output (1 MiB), which would cut
+# it short: nodes missing from the breaker's count, the node's own record too.
+NODE_TABLE_MAX = 64 << 20
 
 _HEAD_KEY = re.compile(r"(?:^| )([A-Za-z][A-Za-z0-9_/:.\[\]]*)=")
 
@@ -328,9 +333,9 @@ class Slurm(PrimedNodes):
             raise OutOfTime("the run's time for Slurm calls is spent")
         return min(self.timeout, left)
 
-    def _exec(self, argv: list) -> CommandResult:
+    def _exec(self, argv: list, max_output: int | None = None) -> CommandResult:
         timeout = self._call_timeout()
-        result = run_command(argv, timeout, self.env)
+        result = run_command(argv, timeout, self.env, max_output=max_output or MAX_RESULT)
         if result.timed_out:
             if timeout < self.timeout:
                 raise OutOfTime(f"{result.message()}: the run's time for Slurm calls ran out")
@@ -406,14 +411,15 @@ class Slurm(PrimedNodes):
         if self.library:
             from . import slurmlib
             try:
-                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol, "nodes"]).stdout
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol, "nodes"],
+                                  max_output=NODE_TABLE_MAX).stdout
             except SlurmUnavailable:
                 raise
             except SlurmError:
                 # No library next to this scontrol, or one this code cannot drive: scontrol
                 # answers the same, at the cost of the partition list.
                 self.library = False
-        return self._run("-o", "show", "node").stdout
+        return self._exec([scontrol, "-o", "show", "node"], max_output=NODE_TABLE_MAX).stdout
 
     def _node_state(self, node: str) -> dict[str, str] | None:
         # Through Slurm's client library where it is there: that node alone, one RPC
