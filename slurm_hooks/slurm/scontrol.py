@@ -333,9 +333,9 @@ class Slurm(PrimedNodes):
             raise OutOfTime("the run's time for Slurm calls is spent")
         return min(self.timeout, left)
 
-    def _exec(self, argv: list, max_output: int | None = None) -> CommandResult:
+    def _exec(self, argv: list, max_output: int = MAX_RESULT) -> CommandResult:
         timeout = self._call_timeout()
-        result = run_command(argv, timeout, self.env, max_output=max_output or MAX_RESULT)
+        result = run_command(argv, timeout, self.env, max_output=max_output)
         if result.timed_out:
             if timeout < self.timeout:
                 raise OutOfTime(f"{result.message()}: the run's time for Slurm calls ran out")
