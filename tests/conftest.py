@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 try:  # tests/ as a package or as a plain directory on sys.path
+    from . import heavy
     from .slurmcluster import SlurmCluster
 except ImportError:
+    import heavy
     from slurmcluster import SlurmCluster
 
 # The fixtures that start a real Slurm cluster. A test using any of them is
@@ -128,6 +130,18 @@ def _backend_under_test(request):
         c.backend = None
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Side by side with the other session (tests/heavy.py): a test waits while a scale
+    module runs there, setup and teardown included; the scale tests themselves hold the
+    lock through their module's cluster."""
+    if "scale_cluster" in getattr(item, "fixturenames", ()):
+        yield
+        return
+    with heavy.beside():
+        yield
+
+
 def _new_cluster(request, root, **kw) -> SlurmCluster:
     prefix = request.config.getoption("--slurm-prefix")
     return SlurmCluster(root, prefix=prefix, **kw)
@@ -164,14 +178,16 @@ SCALE_NODES = tuple(f"s{i}" for i in range(1, 49))
 def scale_cluster(request, tmp_path_factory):
     """A second, separate Slurm cluster of 48 slurmd (s1..s48) on this one host, for
     the scale tests only; its own names, ports and cgroups, so it runs beside
-    ``cluster``. Started per module and stopped after it (48 slurmd hold memory)."""
-    slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm48"), nodes=SCALE_NODES,
-                         start_timeout=240.0, cluster_name="hooks48")
-    try:
-        slurm.start()
-        yield slurm
-    finally:
-        slurm.stop()
+    ``cluster``. Started per module and stopped after it (48 slurmd hold memory).
+    Beside another session (tests/run.sh), the module runs alone (tests/heavy.py)."""
+    with heavy.alone():
+        slurm = _new_cluster(request, tmp_path_factory.mktemp("slurm48"), nodes=SCALE_NODES,
+                             start_timeout=240.0, cluster_name="hooks48")
+        try:
+            slurm.start()
+            yield slurm
+        finally:
+            slurm.stop()
 
 
 @pytest.fixture(scope="session")

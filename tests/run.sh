@@ -110,6 +110,9 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     fuse_mode=$(stat -c %a /dev/fuse 2>/dev/null || true)
     [ -z "$fuse_mode" ] || chmod 0666 /dev/fuse
     rm -rf "$private"
+    mkdir -p "$private"
+    # The scale tests run alone on the host: the other session waits (tests/heavy.py).
+    export SLURM_HOOKS_TEST_HEAVY_LOCK=$private/heavy.lock
     log="$private-built.log"
     echo "=== the whole suite on Debian's Slurm, and beside it the Slurm-facing tests on the Slurm built from source (${built_args[*]}; its output follows the first) ==="
     SLURM_HOOKS_TEST_PORTS=26500-32700 SLURM_HOOKS_TEST_USER_SUFFIX=-b \

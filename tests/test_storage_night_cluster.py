@@ -232,7 +232,7 @@ def test_a_storage_restart_every_node_remounts_by_itself(clean_cluster, mallory,
         [pid] = storage.clients(storage.points[0])
         os.kill(pid, signal.SIGKILL)
         cluster.wait_for(lambda: len(actions(tmp_path, "n1", "recover", "done")) == 2
-                         and "DRAIN" not in cluster.node_state("n1"), 6 * INTERVAL + 20, what="n1 remounted again")
+                         and "DRAIN" not in cluster.node_state("n1"), 12 * INTERVAL + 30, what="n1 remounted again")
         assert [len(actions(tmp_path, n, "recover", "done")) for n in ("n2", "n3")] == [1, 1]
         assert not marker.exists()
         print(f"storage restart: every node of 3 remounted and back in service {took:.1f}s after its clients died")
