@@ -324,6 +324,64 @@ def test_the_breaker_holds_a_drain_at_the_cost_of_one_cluster_view(tmp_path):
     assert state.load("breaker")["open"] is True
 
 
+def test_a_drain_that_could_pass_the_limit_claims_its_place_first(tmp_path):
+    """20 nodes, limit 3: the drain is preceded by a claim in the node's Comment and a
+    second read after the claim wait; the drain replaces the claim in its own update."""
+    slurm = FakeSlurm([f"n{i}" for i in range(1, 21)])
+    cfg, state = config(tmp_path, max_drained_nodes=3, max_drained_fraction=0), state_of(tmp_path)
+    started = time.monotonic()
+    [r] = actuate(cfg, state, slurm, [fs_failing()])
+    assert (r.action.kind, r.outcome) == ("drain", Outcome.DONE)
+    assert slurm.calls == {"list_nodes_alone": 2, "set_node_comment": 1, "drain_with_cause": 1}
+    assert time.monotonic() - started >= breaker.CLAIM_TRIP       # it waited for the claims before its own
+    cause = read_cause(slurm.node_state("n1")["Comment"])
+    assert "claim" not in cause and "held" not in cause and "DRAIN" in slurm.node_state("n1")["State"]
+
+
+def test_a_claim_behind_others_holds_the_drain_and_stays_the_nodes_word(tmp_path):
+    """Two nodes drained and one claiming ahead fill the limit of 3: n5's claim loses, its
+    drain is held by the breaker, nothing more is sent, and its Comment (the claim, held)
+    is what the others read."""
+    slurm = FakeSlurm([f"n{i}" for i in range(1, 21)])
+    for n in ("n2", "n3"):
+        slurm.drain_with_cause(n, OURS, cause_text("filesystem", "/scratch", "/scratch", "2026-12-02T03:50:00"))
+    slurm.nodes["n4"].comment = cause_text("filesystem", "/scratch", "i", "t", held=True, claim=time.time() - 1)
+    slurm.calls.clear()
+    cfg = config(tmp_path, max_drained_nodes=3, max_drained_fraction=0)
+    state = StateStore(str(tmp_path / "state" / "n5"))
+    state.save("boot", {"id": boot_id()})
+    results = take_actions(cfg, "n5", [fs_failing()], False, state, open_backend=slurm.open)
+    assert [(r.action.kind, r.outcome, r.code) for r in results] == [("drain", Outcome.HELD, Code.BREAKER)]
+    assert "2 nodes drained by slurm-hooks and 1 claiming ahead of n5" in results[0].message
+    assert slurm.calls == {"list_nodes_alone": 2, "set_node_comment": 1}
+    info = slurm.node_state("n5")
+    cause = read_cause(info["Comment"])
+    assert cause["held"] is True and cause["claim"] > 0 and "DRAIN" not in info["State"]
+    assert state.load("breaker")["open"] is True
+    # An expired claim no longer counts: n6 drains.
+    slurm.nodes["n4"].comment = cause_text("filesystem", "/scratch", "i", "t", held=True,
+                                           claim=time.time() - breaker.CLAIM_LIFE - 1)
+    slurm.nodes["n5"].comment = ""
+    state6 = StateStore(str(tmp_path / "state" / "n6"))
+    state6.save("boot", {"id": boot_id()})
+    [r] = take_actions(cfg, "n6", [fs_failing()], False, state6, open_backend=slurm.open)
+    assert (r.action.kind, r.outcome) == ("drain", Outcome.DONE)
+
+
+def test_a_claim_that_slurm_took_too_long_to_take_holds_the_drain(tmp_path, monkeypatch):
+    slurm = FakeSlurm([f"n{i}" for i in range(1, 21)])
+    cfg, state = config(tmp_path, max_drained_nodes=3, max_drained_fraction=0), state_of(tmp_path)
+    slow = slurm.set_node_comment
+
+    def set_node_comment(node, text):
+        time.sleep(breaker.CLAIM_TRIP + 0.1)
+        slow(node, text)
+    monkeypatch.setattr(slurm, "set_node_comment", set_node_comment)
+    [r] = actuate(cfg, state, slurm, [fs_failing()])
+    assert (r.outcome, r.code) == (Outcome.HELD, Code.BREAKER) and "to take this node's claim" in r.message
+    assert "drain_with_cause" not in slurm.calls and "DRAIN" not in slurm.node_state("n1")["State"]
+
+
 def after_our_reboot(tmp_path, resume_after: int):
     """n1 drained and rebooted by us (our record of the request kept), back from the boot."""
     cfg, state, slurm = config(tmp_path, resume_after=resume_after), state_of(tmp_path), FakeSlurm()

@@ -11,7 +11,6 @@ import collections
 import contextlib
 import json
 import subprocess
-import sys
 import time
 
 import pytest
@@ -103,53 +102,60 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(scale_clus
     first = {node: json.loads((tmp_path / f"journal-{node}.jsonl").read_text().splitlines()[0])
              for node in nodes}
     try:
-        # Within the limit after this one round: every re-read waited for the second of
-        # its drain to pass, so it saw every node ahead of it in the stable order.
-        drained = drained_nodes()
-        assert len(drained) == limit, (drained, outs[:2])
         # Every node's run failed and says so; the ones not drained say the breaker held them.
         runs = {}
         for node in nodes:
             for line in (tmp_path / f"journal-{node}.jsonl").read_text().splitlines():
                 if json.loads(line).get("event") == "run":
                     runs[node] = json.loads(line)          # the node's last run
-        runs = list(runs.values())
-        assert len(runs) == len(nodes) and all(r["status"] == "unhealthy" for r in runs)
-        held = [r for r in runs if any(a["kind"] == "drain" and a["outcome"] == "held" for a in r["actions"])]
-        assert len(held) == len(nodes) - len(drained)
+        assert len(runs) == len(nodes) and all(r["status"] == "unhealthy" for r in runs.values())
+        drained = drained_nodes()
+        held = [r for r in runs.values() if any(a["kind"] == "drain" and a["outcome"] == "held" for a in r["actions"])]
+        assert len(held) == len(nodes) - len(drained), outs[:2]
+        # What slurmctld paid for the first round (sdiag itself excluded), and what each
+        # run cost (decide/breaker.py): every run reads the node table (REQUEST_NODE_INFO, no
+        # partition list). One that may drain past the limit claims its place (an update)
+        # and reads again: it drains (an update) or, beyond the limit, holds, its claim
+        # naming the mount. One that found the limit full at once names the mount (an
+        # update). A claim Slurm took too long to take holds at once, unread again.
+        # (slurmd's own messages to slurmctld, MESSAGE_NODE_REGISTRATION_STATUS, left out)
+        spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
+                 if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
+        cost, slow = {}, []
+        for node, rec in first.items():
+            [drain] = [a for a in rec["actions"] if a["kind"] == "drain"]
+            message = drain["message"]
+            if drain["outcome"] == "done":
+                cost[node] = (2, 2)                          # view + re-read; claim + drain
+            elif "claiming ahead" in message or "ran out before its drain" in message:
+                cost[node] = (2, 1)
+            elif "to take this node's claim" in message or "no time left" in message:
+                cost[node] = (1, 1)
+                slow.append(node)
+            else:
+                assert message.startswith("drain-storm breaker open: "), message
+                cost[node] = (1, 1)                          # view; the mount named
+        print(f"RPCS {sum(spent.values())} for {len(nodes)} failing runs: {spent}; (reads, updates) per "
+              f"run: {sorted(collections.Counter(cost.values()).items())}; drained {drained}; slow claims {slow}")
+        assert set(spent) <= set(NODE_RPCS) and "REQUEST_PARTITION_INFO" not in spent, spent
+        assert spent.get("REQUEST_NODE_INFO", 0) == sum(r for r, _ in cost.values()), (spent, cost)
+        assert spent.get("REQUEST_UPDATE_NODE", 0) == sum(u for _, u in cost.values()), (spent, cost)
+        assert spent.get("REQUEST_NODE_INFO_SINGLE", 0) == 0, spent
+        # Never beyond the limit, at any moment: nothing was drained to be stepped back. The
+        # earliest claims fill it, unless a claim Slurm was slow to take stood ahead.
+        assert not any("stepped back" in a["message"] for r in runs.values() for a in r["actions"])
+        assert 1 <= len(drained) <= limit and (slow or len(drained) == limit), (drained, slow)
         # `status` shows one outage naming the filesystem.
         st = subprocess.run([str(SLURM_HOOKS), "status"], env={
             "SLURM_HOOKS_CONFIG": str(conf_dir / "s1.yaml"), "PATH": "/usr/bin:/bin"},
             capture_output=True, text=True, timeout=60).stdout
         assert st.count("OUTAGE") == 1 and f"filesystem {hung_mount.path}: OUTAGE on {len(drained)} nodes" in st, st
-        # What slurmctld paid for the first round (sdiag itself excluded), and what each
-        # run cost: a held run reads the node list (1: REQUEST_NODE_INFO, no partition
-        # list) and, the first time, names its suspect mount in its Comment (1: the
-        # others tell the outage by it); a run that drains also drains (1) and re-reads
-        # (1); one that then finds itself beyond the limit in the stable order undrains
-        # (1, keeping its suspect mount in the same update).
-        # (slurmd's own messages to slurmctld, MESSAGE_NODE_REGISTRATION_STATUS, left out)
-        spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
-                 if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
-        cost = {}
-        for node, rec in first.items():
-            [drain] = [a for a in rec["actions"] if a["kind"] == "drain"]
-            stepped = drain["outcome"] == "held" and "stepped back" in drain["message"]
-            cost[node] = 2 if drain["outcome"] == "held" and not stepped else 3 if drain["outcome"] == "done" else 4
-        print(f"RPCS {sum(spent.values())} for {len(nodes)} failing runs: {spent}; "
-              f"per run: {sorted(collections.Counter(cost.values()).items())}")
-        assert set(spent) <= set(NODE_RPCS) and "REQUEST_PARTITION_INFO" not in spent, spent
-        drains = sum(1 for c in cost.values() if c >= 3)
-        assert spent.get("REQUEST_NODE_INFO", 0) == len(nodes) + drains, (spent, cost)
-        assert spent.get("REQUEST_UPDATE_NODE", 0) == drains + sum(1 for c in cost.values() if c in (2, 4)), (spent, cost)
-        assert spent.get("REQUEST_NODE_INFO_SINGLE", 0) == 0, spent
-        # Every run that does not step back after a real race costs at most 3; one that
-        # does, 4 (its drain had to be visible before it could know it came too late).
-        assert all(c <= 3 for c in cost.values() if c != 4), cost
         # Every node, drained or held, names the mount: one outage of it on all of them.
         [line] = [x for x in st.splitlines() if x.strip().startswith("outage of ")]
         assert f" on {len(nodes)} nodes since " in line, st
-        # A second round: the held nodes name it already, nothing more to update.
+        # A second round: the held nodes name it already, nothing more to update (with the
+        # limit full; a first round that drained fewer leaves its room to the second's claims).
+        full = len(drained) == limit
         cluster.run("sdiag", "-r")
         before = sdiag_counts(cluster)
         simultaneous_runs()
@@ -157,10 +163,13 @@ def test_simultaneous_health_checks_in_one_outage_respect_the_breaker(scale_clus
         spent = {k: after.get(k, 0) - before.get(k, 0) for k in after
                  if k.startswith("REQUEST_") and after.get(k, 0) - before.get(k, 0) > 0}
         print(f"RPCS second round {sum(spent.values())} for {len(nodes)} failing runs: {spent}")
-        assert spent.get("REQUEST_NODE_INFO", 0) == len(nodes), spent
-        # A drained node whose first run did not know the outage yet now says it first in
-        # its reason: at most one update each.
-        assert spent.get("REQUEST_UPDATE_NODE", 0) <= len(drained) and "REQUEST_PARTITION_INFO" not in spent, spent
+        assert "REQUEST_PARTITION_INFO" not in spent, spent
+        if full:
+            assert spent.get("REQUEST_NODE_INFO", 0) == len(nodes), spent
+            # A drained node whose first run did not know the outage yet now says it first in
+            # its reason: at most one update each.
+            assert spent.get("REQUEST_UPDATE_NODE", 0) <= len(drained), spent
+        assert len(drained_nodes()) <= limit
     finally:
         cluster.resume_all()
 
@@ -223,7 +232,7 @@ def test_48_slurmd_run_the_health_check_through_a_shared_mount_outage(scale_clus
     is asked, no more nodes drained than the limit at any moment, every node back in
     service by itself once it answers; slurmctld's RPCs per run (sdiag, the test's
     own reads taken out): at most 2.5 from the first sight, one node-table read per run
-    after, and no partition read."""
+    after and an update every second run, and no partition read."""
     from mounts_fixtures import start_fuse
     from test_fuse_client_cluster import reboot_program
     cluster = scale_cluster
@@ -297,16 +306,16 @@ def test_48_slurmd_run_the_health_check_through_a_shared_mount_outage(scale_clus
               f"({sum(steady_ours.values()) / max(1, steady_runs):.2f}/run) {steady_ours}; most drained {most}")
         assert "REQUEST_PARTITION_INFO" not in first_ours and "REQUEST_PARTITION_INFO" not in steady_ours
         assert sum(first_ours.values()) <= 2.5 * first_runs, (first_ours, first_runs)
-        # Steady: one node-table read per run. Each held node also rewrites its word on the
-        # mount every run (a witness counts for two intervals only, so that a node gone
-        # quiet stops counting): one update per run, not yet the one-RPC target.
+        # Steady: one node-table read per run. Each node also rewrites its word on the mount
+        # every second run (a word counts for two intervals only, so that a node gone
+        # quiet stops counting): 1.5 RPCs per run, not yet the one-RPC target.
         assert steady_runs >= len(nodes) and steady_ours.get("REQUEST_NODE_INFO", 0) == steady_runs, \
             (steady_ours, steady_runs)
-        assert steady_ours.get("REQUEST_UPDATE_NODE", 0) <= steady_runs, (steady_ours, steady_runs)
+        assert steady_ours.get("REQUEST_UPDATE_NODE", 0) <= 0.6 * steady_runs, (steady_ours, steady_runs)
         assert set(steady_ours) <= {"REQUEST_NODE_INFO", "REQUEST_UPDATE_NODE"}, steady_ours
-        # Simultaneous first sights may drain beyond the limit for a moment (each re-reads
-        # after its drain and the ones beyond it step back): settled within it.
-        assert len(ours_drained()) <= limit
+        # Simultaneous first sights claim their place before draining: never beyond the
+        # limit, at any moment the test looked (every second).
+        assert most <= limit and len(ours_drained()) <= limit, most
         # The storage answers: every node back in service by itself, none rebooted.
         mount.resume()
 
@@ -316,6 +325,7 @@ def test_48_slurmd_run_the_health_check_through_a_shared_mount_outage(scale_clus
             most = max(most, len(drained))
             return not drained
         cluster.wait_for(all_back, 6 * SCALE_INTERVAL + 60, interval=1, what="every node back in service")
+        assert most <= limit, most
         assert not marker.exists() and not any("REBOOT" in i.get("State", "") for i in cluster.show_nodes().values())
     finally:
         mount.resume()

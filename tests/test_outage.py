@@ -198,6 +198,32 @@ def test_the_same_mount_hung_on_every_node_is_one_outage_the_jobs_wait_out(tmp_p
     assert c.slurm.calls == {}
 
 
+def test_in_a_long_outage_a_held_node_rewrites_its_word_every_second_run(tmp_path, clock):
+    """Steady state of an outage: each run reads the node table once; a node's word on
+    the mount is written again only every second run (refresh_after), and stays fresh
+    for the others all along: the outage stays named on every node."""
+    from slurm_hooks.act.mounts import fresh_for, refresh_after
+    assert INTERVAL < refresh_after(INTERVAL) < 2 * INTERVAL and 2 * INTERVAL + 10 < fresh_for(INTERVAL)
+    c = Cluster(tmp_path)
+    for n in NODES:
+        c.run(n, [probe_hung()])
+    clock.tick(INTERVAL)
+    for n in NODES:
+        c.run(n, [probe_hung()])
+    writes = {n: 0 for n in NODES}
+    for _ in range(8):
+        clock.tick(INTERVAL)
+        for n in NODES:
+            c.slurm.calls.clear()
+            results = c.run(n, [probe_hung()])
+            assert not [r for r in results if r.outcome == Outcome.DONE and r.action.kind != "comment"], kinds(results)
+            assert c.slurm.calls.get("list_nodes_alone") == 1, c.slurm.calls
+            assert set(c.slurm.calls) <= {"list_nodes_alone", "set_node_comment"}, c.slurm.calls
+            writes[n] += c.slurm.calls.get("set_node_comment", 0)
+            assert [i.scope for i in c.incidents(n)] == [mi.OUTAGE], n
+    assert writes == {n: 4 for n in NODES}, writes
+
+
 def test_a_job_waits_out_the_outage_for_requeue_after_then_is_requeued_once(tmp_path, clock):
     c = Cluster(tmp_path, max_drained_nodes=3)
     for n in NODES:

@@ -1,6 +1,8 @@
 """Policy on data alone: which actions follow from which findings."""
 from __future__ import annotations
 
+import pytest
+
 from slurm_hooks.core.config import ActionsConfig
 from slurm_hooks.core.model import FAIL, OK, WARN, Action, Finding
 from slurm_hooks.decide.policy import decide
@@ -252,6 +254,115 @@ def test_breaker_round_of_simultaneous_runs_ends_within_the_limit():
         assert len(left) == 3, left
         over += len(storm_round(starts, 3, wait_for_the_second=False)) > 3
     assert over > 0, "the model reproduces the race the wait closes"
+
+
+def claim_round(starts: dict, limit: int, rng, total: int = 40, slow: float = 0.0,
+                skew: float = 0.3) -> tuple[int, set]:
+    """One round of simultaneous health checks claiming their place before draining
+    (decide/breaker.py), against a model of slurmctld whose reads see the updates applied
+    before them. Each node has its own clock (off by up to half the skew either way), and
+    each update its own delay (a share `slow` of the claims take longer than CLAIM_TRIP).
+    Returns (the most nodes drained at any moment, the nodes drained at the end)."""
+    import heapq
+
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import (CLAIM_TRIP, ClusterView, claim_late, claim_verdict, claim_wait,
+                                            verdict)
+    policy = PolicyConfig(max_drained_nodes=limit, max_drained_fraction=0)
+    offset = {n: rng.uniform(-skew / 2, skew / 2) for n in starts}
+    drained: set[str] = set()
+    claims: dict[str, float] = {}
+    stamps: dict[str, float] = {}
+    most = 0
+
+    def view():
+        v = ClusterView(total=total)
+        for n in drained:
+            v.ours[n], v.stamps[n] = "fs /gpfs read hung", "2026-12-06T03:00:00"
+        v.claims = dict(claims)
+        return v
+
+    def delay():
+        return rng.uniform(0.002, 0.3)
+
+    events = [(t, node, "read") for node, t in starts.items()]
+    heapq.heapify(events)
+    while events:
+        t, node, step = heapq.heappop(events)
+        now = t + offset[node]                      # what this node's clock says
+        if step == "read":
+            if verdict(view(), node, policy) is None:
+                stamps[node] = now
+                lands = t + (rng.uniform(CLAIM_TRIP + 0.2, CLAIM_TRIP + 1) if rng.random() < slow else delay())
+                heapq.heappush(events, (lands, node, "claim lands"))
+        elif step == "claim lands":
+            claims[node] = stamps[node]
+            heapq.heappush(events, (t + 0.001, node, "claim returns"))
+        elif step == "claim returns":
+            if now - stamps[node] <= CLAIM_TRIP:
+                heapq.heappush(events, (t + claim_wait(stamps[node], now, skew), node, "re-read"))
+        elif step == "re-read":
+            if claim_verdict(view(), node, stamps[node], policy, now, skew) is None \
+                    and not claim_late(stamps[node], now, skew):
+                heapq.heappush(events, (t + delay(), node, "drain lands"))
+        elif step == "drain lands":
+            claims.pop(node, None)
+            drained.add(node)
+            most = max(most, len(drained))
+    return most, drained
+
+
+def test_claims_keep_every_moment_of_a_storm_within_the_limit():
+    """40 health checks at once, their starts within 50 ms to 2 s, clocks 0.3 s apart,
+    updates of up to 0.3 s, a share of claims slower than CLAIM_TRIP: never more than
+    the limit drained at any moment; with no slow claim, exactly the limit drains (the
+    earliest claims). A slow claim still counts for the claims behind it until it
+    expires: a round may then drain fewer (the next run's claims fill the limit)."""
+    import random
+    rng = random.Random(6)
+    drained_with_slow = 0
+    for _ in range(300):
+        spread = rng.choice((0.05, 0.3, 2.0))
+        starts = {f"n{i}": 1000.0 + rng.random() * spread for i in range(1, 41)}
+        limit = rng.choice((1, 3, 10))
+        most, left = claim_round(starts, limit, rng)
+        assert most <= limit and len(left) == limit, (most, left)
+        most, left = claim_round(starts, limit, rng, slow=0.3)
+        assert most <= limit, (most, left)
+        drained_with_slow += len(left)
+    assert drained_with_slow > 300
+
+
+def test_a_claim_counts_only_ahead_of_ours_and_while_it_lives():
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import CLAIM_LIFE, CLAIM_TRIP, ClusterView, claim_late, claim_verdict, claim_wait
+    policy = PolicyConfig(max_drained_nodes=2, max_drained_fraction=0)
+    view = ClusterView(total=10, ours={"n9": "fs /gpfs hung"}, claims={"n2": 100.0, "n3": 100.5, "n10": 100.0})
+    # n5 at 100.0: n2 ahead (same stamp, then the name), n10 behind: 1 + 1 = the limit.
+    assert "1 nodes drained by slurm-hooks and 1 claiming ahead of n5" in claim_verdict(view, "n5", 100.0, policy, 101.0)
+    # n1 at 100.0: nothing ahead; the drained one alone leaves room.
+    assert claim_verdict(view, "n1", 100.0, policy, 101.0) is None
+    # A claim past its life no longer counts.
+    assert claim_verdict(view, "n4", 101.0, policy, 100.0 + CLAIM_LIFE + 0.1) is not None      # n3 still lives
+    assert claim_verdict(view, "n4", 101.0, policy, 100.5 + CLAIM_LIFE + 0.1) is None
+    assert claim_verdict(view, "n1", 100.0, PolicyConfig(max_drained_nodes=0, max_drained_fraction=0)) is None
+    assert claim_wait(100.0, now=100.0) == pytest.approx(CLAIM_TRIP + 0.6) and claim_wait(100.0, now=200.0) == 0.0
+    assert not claim_late(100.0, 100.0 + CLAIM_LIFE - CLAIM_TRIP - 0.7) and \
+        claim_late(100.0, 100.0 + CLAIM_LIFE - CLAIM_TRIP - 0.5)
+
+
+def test_the_cluster_view_reads_a_claim_only_of_a_node_in_service():
+    from slurm_hooks.core.reason import cause_text
+    from slurm_hooks.decide.breaker import cluster_view
+    from slurm_hooks.slurm.fake import FakeSlurm
+    slurm = FakeSlurm(("n1", "n2", "n3", "n4"))
+    claim = cause_text("filesystem", "/gpfs", "i", "t", held=True, claim=1765000000.25)
+    for n in ("n1", "n2", "n3"):
+        slurm.nodes[n].comment = claim
+    slurm.set_state("n2", flags=("DRAIN",), reason="an admin's words")
+    slurm.nodes["n3"].comment = claim.replace("1765000000.25", "\"soon\"")
+    slurm.nodes["n4"].comment = "ticket 4711 \"claim\": 5"
+    assert cluster_view(slurm, "slurm-hooks:").claims == {"n1": 1765000000.25}
 
 
 def test_spool_merge_keeps_order_and_does_each_action_once():

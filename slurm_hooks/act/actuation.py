@@ -176,6 +176,11 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
                              "now: not done", code=Code.FAULT_GONE) for a in stale]
     recovering = [a for a in queue if a.kind == "recover"]
     queue = [a for a in queue if a.kind != "recover"]
+    claimed = None
+    if held == [] and view is not None and slurm is not None and run.tends_node and not dry_run and not report_only:
+        queue, lost, claimed, view = _claim(cfg, node, queue, slurm, view, state)
+        held += lost
+        results += [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in lost]
     results += execute(queue, slurm, cfg.reason_prefix, dry_run, ledger, report_only=report_only)
     told = _held_completing(results, node, cfg.reason_prefix)
     if told:
@@ -184,10 +189,12 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         until = None if started is None else started + cfg.actions.deadline
         results += mount_steps.recover(cfg, node, recovering, slurm, state, ledger, dry_run, report_only, drain, until)
     drained_now = bool(drain_record(drain, results, findings, node, True))
-    published = mount_steps.publish(node, entries, bool(doc.get("published")), results, held, actions, view, slurm,
-                                    drained_now, now, every * 0.75) if run.tends_node else bool(doc.get("published"))
+    published = bool(doc.get("published"))
+    if run.tends_node:
+        published = mount_steps.publish(node, entries, published, results, held, actions, view, slurm,
+                                        drained_now, now, mount_steps.refresh_after(every))
     from ..decide.breaker import can_overflow
-    if held == [] and slurm is not None and run.tends_node and \
+    if held == [] and slurm is not None and run.tends_node and (claimed is None or time.time() > claimed) and \
             (view is None or can_overflow(view, cfg.policy) and node not in view.ours):
         # Only the health check re-reads the cluster: a prolog or epilog never reads the
         # node list (Slurm's guide), it honours the health checks' last view instead.
@@ -469,6 +476,66 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
         return results
     state.save("breaker", {"open": True, "why": why, "at": time.time()})
     return [ActionResult(r.action, Outcome.HELD, why, code=Code.BREAKER) if r in drained else r for r in results]
+
+
+def _claim(cfg: Config, node: str, queue: list, slurm, view, state: StateStore) -> tuple:
+    """A drain that simultaneous drains could take past the limit claims its place first
+    (decide/breaker.py): (the queue, [(action, why)] held back, until when a drain of
+    this run needs no re-read (None: no claim), the cluster view, re-read if claimed)."""
+    from ..core.reason import cause_text, cause_with, read_cause, without_our_cause
+    from ..decide.breaker import (
+        CLAIM_LIFE,
+        CLAIM_TRIP,
+        CLOCK_SKEW,
+        can_overflow,
+        claim_late,
+        claim_verdict,
+        claim_wait,
+        cluster_view,
+    )
+    from ..slurm.api import CAUSE_FIELD, MIN_CALL, SlurmError
+    drain = next((a for a in queue if a.kind == "drain" and a.node == node and not a.replace_only
+                  and not a.job_only), None)
+    if drain is None or node in view.ours or not can_overflow(view, cfg.policy) or node not in view.infos:
+        return queue, [], None, view
+    if _rewords(drain, view.infos[node]):
+        return queue, [], None, view
+    risky = [a for a in queue if a.kind in ("drain", "reboot", "requeue") and not a.replace_only
+             and not a.job_only]
+
+    def lose(why: str) -> tuple:
+        state.save("breaker", {"open": True, "why": why, "at": time.time()})
+        return [a for a in queue if not any(a is r for r in risky)], [(a, why) for a in risky]
+
+    ours = drain.cause or cause_text("drain", "", "", time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()))
+    stamp = time.time()
+    text = cause_with(ours, (read_cause(ours) or {}).get("mounts"), held=True, claim=stamp)
+    try:
+        slurm.set_node_comment(node, f"{text} {without_our_cause(view.infos[node].get(CAUSE_FIELD, ''))}".strip())
+    except SlurmError:
+        return queue, [], None, view          # no claim: the drain re-reads after it, as before
+    took = time.time() - stamp
+    if took > CLAIM_TRIP:
+        return (*lose(f"drain-storm breaker: Slurm took {took:.1f}s to take this node's claim under the "
+                      f"limit (more than {CLAIM_TRIP:.0f}s): drain held, tried again next run"), None, view)
+    wait = claim_wait(stamp)
+    if slurm.deadline is not None and time.monotonic() + wait + MIN_CALL >= slurm.deadline:
+        return (*lose("drain-storm breaker: no time left in this run to claim a place under the limit: "
+                      "drain held, tried again next run"), None, view)
+    time.sleep(wait)
+    try:
+        again = cluster_view(slurm, cfg.reason_prefix)
+    except SlurmError:
+        return (*lose("drain-storm breaker: the cluster could not be read after this node's claim: "
+                      "drain held, tried again next run"), None, view)
+    if node in again.infos:
+        slurm.prime_node(again.infos[node])
+    why = claim_verdict(again, node, stamp, cfg.policy)
+    if why is None and claim_late(stamp, time.time()):
+        why = "drain-storm breaker: this node's claim under the limit ran out before its drain: drain held"
+    if why is not None:
+        return (*lose(why), None, again)
+    return queue, [], stamp + CLAIM_LIFE - 2 * CLOCK_SKEW, again
 
 
 def _step_back(slurm, view, node: str, keep: str = "") -> None:

@@ -69,6 +69,14 @@ def fresh_for(every: float) -> float:
     return 2 * every + FRESH_SLACK
 
 
+def refresh_after(every: float) -> float:
+    """How old this node's word may grow before its run writes it again: a little over
+    one interval, so that every second run writes it (one update for two runs, not one
+    each) and the others' reads still find it fresh: the run after next writes it at two
+    intervals and the run's own length, within fresh_for."""
+    return every + FRESH_SLACK / 3
+
+
 def publish(node: str, entries: list, was: bool, results: list, held: list, actions: list, view, slurm,
             drained: bool, now: float, refresh: float) -> bool:
     """Make this node's word on its mounts (`entries`) the one its Comment holds; True

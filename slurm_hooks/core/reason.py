@@ -161,11 +161,12 @@ UNKNOWN_CAUSE = "unknown cause"
 
 
 def cause_text(check: str, where: str, incident: str, since: str, mounts: list | None = None,
-               held: bool = False) -> str:
+               held: bool = False, claim: float | None = None) -> str:
     """`mounts`: the node's suspect mounts, [source, fstype, mountpoint, since, kind,
     said at] each (decide/mount_incident.py), what the other nodes tell an outage of the
     storage by; `held`: the node names them while the drain-storm breaker holds its
-    drain back (not drained, yet standing by its word)."""
+    drain back (not drained, yet standing by its word); `claim`: when the node claimed
+    its place under the breaker's limit before draining (decide/breaker.py)."""
     import json
     where = one_line(where)[:400]
     doc: dict = {"check": one_line(check), "where": where, "incident": one_line(incident)[:400], "since": since}
@@ -173,18 +174,21 @@ def cause_text(check: str, where: str, incident: str, since: str, mounts: list |
         doc["mounts"] = [[one_line(str(x))[:120] for x in m] for m in mounts[:MOUNTS_PUBLISHED]]
     if held:
         doc["held"] = True
+    if claim is not None:
+        doc["claim"] = round(claim, 3)
     data = json.dumps(doc, separators=(",", ":"), ensure_ascii=True)
     return f"{CAUSE_TAG} " + data.replace(" ", "\\u0020").replace("|", "\\u007c")
 
 
-def cause_with(text: str, mounts: list | None, held: bool = False) -> str:
+def cause_with(text: str, mounts: list | None, held: bool = False, claim: float | None = None) -> str:
     """Our cause `text` (cause_text's form, alone) naming `mounts` instead of what it
-    named, and saying `held` or not; any other text as it is."""
+    named, saying `held` or not, and carrying `claim` (never an earlier one); any other
+    text as it is."""
     doc = read_cause(text)
     if doc is None:
         return text
     return cause_text(doc["check"], str(doc.get("where") or ""), str(doc.get("incident") or ""),
-                      str(doc.get("since") or ""), mounts, held)
+                      str(doc.get("since") or ""), mounts, held, claim)
 
 
 def is_our_cause(text: str) -> bool:

@@ -10,28 +10,34 @@ the same check failing in the same place, as each drain recorded it in the node'
 Comment (core/reason.py: cause_text), never a reading of the reason's words.
 
 Checking first is not enough: slurmd starts every node's health check at the same
-moment (no CYCLE), so during one outage all of them read "0 drained" and all drain.
-So a node that has just drained itself reads the cluster again, and when more nodes
-are drained by slurm-hooks than the limit allows, the ones beyond the limit in one
-stable order (earliest reason stamp, then node name) step back: each resumes itself
-(only its own drain, with our mark) and reports the drain as held. Every node
-computes the same order from the same reasons, so no coordination is needed.
+moment (no CYCLE), so during one outage all of them read "0 drained" and all would
+drain. So a node that may drain past the limit claims its place first (`claim`): it
+writes a claim with its own clock's time into its Comment (our cause, saying `held`
+and naming its suspect mounts: the claim is also its word on them), waits until every
+claim stamped before its own must be visible (`claim_wait`), reads the cluster again
+and drains only when the nodes drained by us and the claims ahead of its own (earlier
+stamp, then node name) leave room under the limit (`claim_verdict`). Otherwise it holds,
+and its claim expires by itself (`CLAIM_LIFE`): no update to take it back.
 
-The re-read waits for the second of its own drain to pass (`settle`). Slurm stamps a
-reason to the second, with slurmctld's clock, under the node lock: once slurmctld's
-clock has left our second, every drain stamped in it or before is visible, so the
-re-read sees every node that sorts ahead of ours, and none can come later and sort
-ahead. Each node's keep-or-step-back is then the one the whole order gives: after one
-round of simultaneous runs no more than the limit stay drained.
+Why no moment goes past the limit: a claim counts only when Slurm took it within
+`CLAIM_TRIP` of its stamp (the claimer measures its own update and gives up when it took
+longer), so a claim stamped before ours is visible once our clock passed our stamp plus
+CLAIM_TRIP and twice the clocks' skew. Of the nodes that drain in one storm, the one
+with the latest claim saw all the others (claiming, or drained already) and every drain
+before them: it drained only if all of them together are within the limit. The drain
+replaces the claim in the same update, and lands before the claim expires (a drain that
+would come later is not sent; one that returned later is checked as before: re-read,
+and step back beyond the limit in the stable order, earliest reason stamp, then name).
 
 Cost to slurmctld, counted with sdiag: the view is one REQUEST_NODE_INFO through
 Slurm's client library (scontrol.Slurm.node_lines; `scontrol show node` and every `sinfo`
 also ask for the partitions), and it primes the node lookup the drain would make. A
-held run costs 1 RPC, a run that drains 3 (view, drain, re-read; no re-read where the
-limit is at least the cluster's size: `can_overflow`), a run that steps
-back after a real race 4 (its undrain). Those four cannot be fewer: the node's own
-state must be read before a drain (a drain overwrites any reason, an admin's too), and
-its drain must be visible to the others before it can learn it came too late.
+held run costs 1 RPC; a run that drains 4 (view, claim, re-read, drain) where simultaneous
+drains could pass the limit, 2 where they cannot (the limit at least the cluster's
+size: `can_overflow`); a claim that loses 3, and holds the node's word on its mounts
+(nothing more to publish). The node's own state must be read before a drain (a drain
+overwrites any reason, an admin's too), and its claim must be visible to the others
+before it can learn whether it came in time.
 """
 from __future__ import annotations
 
@@ -51,6 +57,7 @@ class ClusterView:
     causes: dict = field(default_factory=dict)   # node -> what its drain is grouped by (cause_group)
     stamps: dict = field(default_factory=dict)   # node -> when its reason was set (Slurm's stamp)
     infos: dict = field(default_factory=dict)    # node -> `scontrol show node` fields
+    claims: dict = field(default_factory=dict)   # node -> its claim's stamp (our clocks), not drained
 
 
 def cluster_view(slurm, prefix: str) -> ClusterView:
@@ -66,12 +73,69 @@ def cluster_view(slurm, prefix: str) -> ClusterView:
             view.ours[info["NodeName"]] = words_of(reason, prefix)
             view.stamps[info["NodeName"]] = stamp_time(raw)
             view.causes[info["NodeName"]] = cause_group(read_cause(info.get(CAUSE_FIELD, "")))
+        elif CLAIM_KEY in info.get(CAUSE_FIELD, ""):
+            stamp = claim_of(read_cause(info.get(CAUSE_FIELD, "")))
+            if stamp is not None and not node_is_drained(info) and not foreign_states(info):
+                view.claims[info["NodeName"]] = stamp
     return view
 
 
 # How far this node's clock may be from slurmctld's (NTP keeps them milliseconds apart;
 # Slurm's munge credentials already fail past a few minutes).
 CLOCK_SKEW = 0.3
+
+
+# A claim counts only when Slurm took it within CLAIM_TRIP seconds of its stamp, and
+# for CLAIM_LIFE seconds after it: the claimer's drain is sent only while at least
+# CLAIM_TRIP of that life is left. An update is milliseconds; these are wide, because a
+# storm starts dozens of runs at once on the nodes' few cores, and a claim that came
+# too late holds its drain until the next run. A claim that lost is left to expire.
+CLAIM_KEY = '"claim":'
+CLAIM_TRIP = 2.0
+CLAIM_LIFE = 8.0
+
+
+def claim_of(cause: dict | None) -> float | None:
+    """The stamp of the claim a cause carries, None when it carries none."""
+    value = (cause or {}).get("claim")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        stamp = float(value)
+    except ValueError:
+        return None
+    return stamp if math.isfinite(stamp) else None
+
+
+def claim_wait(stamp: float, now: float | None = None, skew: float = CLOCK_SKEW) -> float:
+    """Seconds to wait after our claim stamped `stamp` until every claim stamped before
+    it that counts is visible in the node table."""
+    now = time.time() if now is None else now
+    return max(0.0, stamp + CLAIM_TRIP + 2 * skew - now)
+
+
+def claim_late(stamp: float, now: float, skew: float = CLOCK_SKEW) -> bool:
+    """Too late to send the drain: it might land after the others stopped counting the
+    claim."""
+    return now > stamp + CLAIM_LIFE - CLAIM_TRIP - 2 * skew
+
+
+def claim_verdict(view: ClusterView, node: str, stamp: float, policy, now: float | None = None,
+                  skew: float = CLOCK_SKEW) -> str | None:
+    """None when `node`, which claimed at `stamp`, may drain: the nodes drained by us and
+    the live claims ahead of its own leave room under the limit. Else why it holds."""
+    now = time.time() if now is None else now
+    cap = limit(view, policy)
+    if cap is None:
+        return None
+    drained = sorted(n for n in view.ours if n != node)
+    mine = (stamp, natural_key(node))
+    ahead = sorted(n for n, s in view.claims.items()
+                   if n != node and -skew <= now - s <= CLAIM_LIFE and (s, natural_key(n)) < mine)
+    if len(drained) + len(ahead) < cap:
+        return None
+    return (f"drain-storm breaker: {len(drained)} nodes drained by slurm-hooks and {len(ahead)} claiming "
+            f"ahead of {node} (limit {cap} of {view.total}){_outage(view, drained)}")
 
 
 def settle(after: float, now: float | None = None, skew: float = CLOCK_SKEW) -> float:
@@ -124,14 +188,21 @@ def verdict(view: ClusterView, node: str, policy) -> str | None:
     cap = limit(view, policy)
     if cap is None or len(others) < cap:
         return None
+    return (f"drain-storm breaker open: {len(others)} nodes already drained by slurm-hooks "
+            f"(limit {cap} of {view.total}){_outage(view, sorted(others))}")
+
+
+def _outage(view: ClusterView, drained: list[str]) -> str:
+    """"; N of them for CAUSE (...): looks like one outage", when two or more of the
+    `drained` nodes were drained for one recorded cause; else ""."""
+    if not drained:
+        return ""
     groups: dict[str, list[str]] = {}
-    for n in sorted(others):
+    for n in drained:
         groups.setdefault(view.causes.get(n, UNKNOWN_CAUSE), []).append(n)
     # The largest group of a known cause; drains without a recorded cause (older ones)
     # are one "unknown cause" group, never called an outage.
     cause, nodes = max(groups.items(), key=lambda kv: (kv[0] != UNKNOWN_CAUSE, len(kv[1])))
-    outage = (f"; {len(nodes)} of them for {cause} ({', '.join(nodes[:8])}{', ...' if len(nodes) > 8 else ''}): "
-              f"looks like one outage, not {len(nodes)} sick nodes"
-              if len(nodes) >= 2 and cause != UNKNOWN_CAUSE else "")
-    return (f"drain-storm breaker open: {len(others)} nodes already drained by slurm-hooks "
-            f"(limit {cap} of {view.total}){outage}")
+    return (f"; {len(nodes)} of them for {cause} ({', '.join(nodes[:8])}{', ...' if len(nodes) > 8 else ''}): "
+            f"looks like one outage, not {len(nodes)} sick nodes"
+            if len(nodes) >= 2 and cause != UNKNOWN_CAUSE else "")
