@@ -231,8 +231,8 @@ def test_48_slurmd_run_the_health_check_through_a_shared_mount_outage(scale_clus
     stops answering for a while, then answers again: the storage's outage. No reboot
     is asked, no more nodes drained than the limit at any moment, every node back in
     service by itself once it answers; slurmctld's RPCs per run (sdiag, the test's
-    own reads taken out): at most 2.5 from the first sight, one node-table read per run
-    after and an update every second run, and no partition read."""
+    own reads taken out): at most 2.5 from the first sight, one per run after (a read and
+    an update in turn), and no partition read."""
     from mounts_fixtures import start_fuse
     from test_fuse_client_cluster import reboot_program
     cluster = scale_cluster
@@ -306,11 +306,14 @@ def test_48_slurmd_run_the_health_check_through_a_shared_mount_outage(scale_clus
               f"({sum(steady_ours.values()) / max(1, steady_runs):.2f}/run) {steady_ours}; most drained {most}")
         assert "REQUEST_PARTITION_INFO" not in first_ours and "REQUEST_PARTITION_INFO" not in steady_ours
         assert sum(first_ours.values()) <= 2.5 * first_runs, (first_ours, first_runs)
-        # Steady: one node-table read per run. Each node also rewrites its word on the mount
-        # every second run (a word counts for two intervals only, so that a node gone
-        # quiet stops counting): 1.5 RPCs per run, not yet the one-RPC target.
-        assert steady_runs >= len(nodes) and steady_ours.get("REQUEST_NODE_INFO", 0) == steady_runs, \
-            (steady_ours, steady_runs)
+        # Steady: one RPC per run. Each node rewrites its word on the mount every second run
+        # (a word counts for two intervals only, so that a node gone quiet stops counting),
+        # and that run reads nothing (act/actuation.py: _lean): a read, then a write. (A run
+        # in flight at either end of the window may be counted by sdiag and not yet in the
+        # journal: a few percent.)
+        assert steady_runs >= len(nodes), steady_runs
+        assert sum(steady_ours.values()) <= 1.05 * steady_runs, (steady_ours, steady_runs)
+        assert steady_ours.get("REQUEST_NODE_INFO", 0) <= 0.6 * steady_runs, (steady_ours, steady_runs)
         assert steady_ours.get("REQUEST_UPDATE_NODE", 0) <= 0.6 * steady_runs, (steady_ours, steady_runs)
         assert set(steady_ours) <= {"REQUEST_NODE_INFO", "REQUEST_UPDATE_NODE"}, steady_ours
         # Simultaneous first sights claim their place before draining: never beyond the

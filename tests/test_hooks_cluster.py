@@ -370,11 +370,11 @@ def test_undo_resumes_our_drains_and_takes_our_cause_out_of_the_comment(clean_cl
     assert "n2" not in r.stdout, r.stdout
 
 
-def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung_mount, tmp_path):
+def test_each_failing_run_costs_slurmctld_at_most_four_rpcs(clean_cluster, hung_mount, tmp_path):
     """The breaker reads the node list alone (REQUEST_NODE_INFO, no partitions): a run
-    that drains costs the read, the drain and the re-read; a held run one read, and the
-    first time one update naming its suspect mount in its Comment (the others tell the
-    storage's outage by it)."""
+    that drains where simultaneous drains could pass the limit costs the read, its claim,
+    the re-read and the drain; a held run one read, and the first time one update naming
+    its suspect mount in its Comment (the others tell the storage's outage by it)."""
     cluster = clean_cluster
     cfg = {"filesystems": [{"path": str(hung_mount.path)}], "filesystem_defaults": {"timeout": 1, "warn_after": 0.5},
            "policy": {"max_drained_nodes": 1, "max_drained_fraction": 0}}
@@ -387,7 +387,7 @@ def test_each_failing_run_costs_slurmctld_at_most_three_rpcs(clean_cluster, hung
 
     rec, spent = run("n1")
     assert [a["outcome"] for a in rec["actions"]] == ["done"] and "DRAIN" in cluster.node_state("n1")
-    assert spent == {"REQUEST_NODE_INFO": 2, "REQUEST_UPDATE_NODE": 1}, spent
+    assert spent == {"REQUEST_NODE_INFO": 2, "REQUEST_UPDATE_NODE": 2}, spent
     # The next failing run of the drained node: the read shows the drain is in place.
     rec, spent = run("n1")
     assert [a["outcome"] for a in rec["actions"]] == ["skipped"] and spent == {"REQUEST_NODE_INFO": 1}, spent

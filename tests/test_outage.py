@@ -9,6 +9,8 @@ node back in service by itself once the storage answers, the jobs told how long 
 waited; a dead mount remounted; only fresh words of nodes that stand by them count."""
 from __future__ import annotations
 
+import collections
+
 import time
 
 import pytest
@@ -198,10 +200,12 @@ def test_the_same_mount_hung_on_every_node_is_one_outage_the_jobs_wait_out(tmp_p
     assert c.slurm.calls == {}
 
 
-def test_in_a_long_outage_a_held_node_rewrites_its_word_every_second_run(tmp_path, clock):
-    """Steady state of an outage: each run reads the node table once; a node's word on
-    the mount is written again only every second run (refresh_after), and stays fresh
-    for the others all along: the outage stays named on every node."""
+def test_in_a_long_outage_each_run_costs_slurmctld_one_rpc(tmp_path, clock):
+    """Steady state of an outage: a node's word on the mount is written again only every
+    second run (refresh_after) and stays fresh for the others all along (the outage stays
+    named on every node). A held node's run that writes it reads nothing (the run before
+    read the table and held everything, or found its drain in place): one RPC per run, a
+    read or a write."""
     from slurm_hooks.act.mounts import fresh_for, refresh_after
     assert INTERVAL < refresh_after(INTERVAL) < 2 * INTERVAL and 2 * INTERVAL + 10 < fresh_for(INTERVAL)
     c = Cluster(tmp_path)
@@ -210,18 +214,42 @@ def test_in_a_long_outage_a_held_node_rewrites_its_word_every_second_run(tmp_pat
     clock.tick(INTERVAL)
     for n in NODES:
         c.run(n, [probe_hung()])
-    writes = {n: 0 for n in NODES}
+    calls = {n: collections.Counter() for n in NODES}
     for _ in range(8):
         clock.tick(INTERVAL)
         for n in NODES:
             c.slurm.calls.clear()
             results = c.run(n, [probe_hung()])
             assert not [r for r in results if r.outcome == Outcome.DONE and r.action.kind != "comment"], kinds(results)
-            assert c.slurm.calls.get("list_nodes_alone") == 1, c.slurm.calls
             assert set(c.slurm.calls) <= {"list_nodes_alone", "set_node_comment"}, c.slurm.calls
-            writes[n] += c.slurm.calls.get("set_node_comment", 0)
+            assert c.slurm.rpcs() == 1, (n, c.slurm.calls, kinds(results), c.state[n].load("last-read"))
+            want = ("drain", "skipped", "already_drained") if n == "n1" else ("drain", "held", "breaker")
+            assert kinds(results) == [want], kinds(results)
+            calls[n].update(c.slurm.calls)
             assert [i.scope for i in c.incidents(n)] == [mi.OUTAGE], n
-    assert writes == {n: 4 for n in NODES}, writes
+    for n in NODES:
+        assert calls[n] == {"list_nodes_alone": 4, "set_node_comment": 4}, calls
+    assert "DRAIN" in c.slurm.node_state("n1")["State"] and "DRAIN" not in c.slurm.node_state("n2")["State"]
+    # Something new (another mount hangs too): the run reads the table again.
+    clock.tick(INTERVAL)
+    c.slurm.calls.clear()
+    c.run("n2", [probe_hung(), probe_hung("gpfs:/fs2", "/gpfs2")])
+    assert c.slurm.calls.get("list_nodes_alone") == 1, c.slurm.calls
+
+
+def test_a_run_reads_the_table_when_the_last_read_is_old(tmp_path, clock):
+    c = Cluster(tmp_path)
+    for _ in range(3):
+        for n in NODES:
+            c.run(n, [probe_hung()])
+        clock.tick(INTERVAL)
+    # n2 missed a run (slurmd busy): its last read is two intervals old; it reads again.
+    clock.tick(INTERVAL)
+    for _ in range(2):
+        c.slurm.calls.clear()
+        c.run("n2", [probe_hung()])
+        assert c.slurm.calls.get("list_nodes_alone") == 1, c.slurm.calls
+        clock.tick(2 * INTERVAL)
 
 
 def test_a_job_waits_out_the_outage_for_requeue_after_then_is_requeued_once(tmp_path, clock):

@@ -83,22 +83,16 @@ def ours_drained(cluster) -> list[str]:
 
 
 class Limit:
-    """The drain limit (1 here) at every moment: simultaneous runs that all drain in the
-    same second step back but the first within the breaker's settle time (about a
-    second: decide/breaker.py), so a node beyond the limit may be seen drained for that
-    long, never longer; and no node remounts unless it kept its drain."""
-    SETTLE = 2.5
+    """The drain limit (1 here) at every moment the test looks (every 0.2 s): simultaneous
+    runs claim their place before they drain (decide/breaker.py), so no node beyond the
+    limit is ever drained, not even for a moment."""
 
     def __init__(self):
-        self.since: dict[str, float] = {}
         self.most = 0
 
     def held(self, drained: list[str]) -> list[str]:
-        now = time.monotonic()
-        self.since = {n: self.since.get(n, now) for n in drained}
-        lasting = [n for n, t in self.since.items() if now - t > self.SETTLE]
-        assert len(lasting) <= 1, (lasting, self.since)
-        self.most = max(self.most, len(lasting))
+        assert len(drained) <= 1, drained
+        self.most = max(self.most, len(drained))
         return drained
 
 
@@ -218,7 +212,9 @@ def test_a_storage_restart_every_node_remounts_by_itself(clean_cluster, mallory,
                 storage.clients(p) and storage.clients(p) != clients[p] for p in storage.points)
         cluster.wait_for(remounted, 12 * INTERVAL + 30, interval=0.2, what="every node remounted and back")
         took = time.monotonic() - died
-        assert limit.most == 1
+        # One node at a time drained (its remount may be quick enough to be missed by the
+        # polls): never more.
+        assert limit.most <= 1 and any(actions(tmp_path, n, "drain", "done") for n in cluster.nodes)
         for n, point in zip(cluster.nodes, storage.points):
             [rec] = actions(tmp_path, n, "recover", "done")
             assert rec["code"] == "recovered" and "remounted without reboot" in rec["message"], rec
@@ -231,6 +227,8 @@ def test_a_storage_restart_every_node_remounts_by_itself(clean_cluster, mallory,
         # Now n1's client alone dies: n1 alone remounts.
         [pid] = storage.clients(storage.points[0])
         os.kill(pid, signal.SIGKILL)
+        # A new death, a new remount (whether or not a run of n1 saw the mount answer in
+        # between: the remount ended the first incident).
         cluster.wait_for(lambda: len(actions(tmp_path, "n1", "recover", "done")) == 2
                          and "DRAIN" not in cluster.node_state("n1"), 12 * INTERVAL + 30, what="n1 remounted again")
         assert [len(actions(tmp_path, n, "recover", "done")) for n in ("n2", "n3")] == [1, 1]

@@ -36,8 +36,11 @@ PAST_INCIDENTS = "mount-incidents-answered"
 # What releases before the mount incidents kept instead (read no more, removed).
 OLD_SUSPECTS = "suspects"
 # (act/mounts.py's SLURM_CONFIG: slurm.conf's HealthCheckInterval, read once a day.)
+# What a run that read the node table leaves for the next run (_lean).
+LAST_READ = "last-read"
+RISKY = ("drain", "reboot", "requeue")
 STATE = ("failures", "drain", SPOOL, LEDGER, "hook-failure", "reboot", "boot", "breaker", INCIDENTS, PAST_INCIDENTS,
-         "slurm-config")
+         "slurm-config", LAST_READ)
 
 
 def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool, state: StateStore,
@@ -132,10 +135,24 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if gone is not None:
             early.append(gone)
             drain = {}
-    held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
-    actions = [a for a in actions if not any(a is h for h, _ in held)]
     every = mount_steps.interval(cfg, state) if live else mount_steps.DEFAULT_INTERVAL
-    if live and run.tends_node:
+    last_read = state.load(LAST_READ) if run.tends_node else {}
+    lean = None
+    if slurm is not None and run.tends_node and not early and not spooled and not hook_failure \
+            and not reboot and not new_boot:
+        lean = _lean(last_read, findings, actions, live, now, every)
+    if lean is not None:
+        # Nothing new since the last run's read, which held every risky action, and the
+        # node's word is due again: this run writes it and reads nothing (one RPC).
+        held, view = lean
+        kept = state.load("breaker")
+        if kept.get("open"):
+            # The prolog goes by the latest verdict while fresh: the last read's, still held.
+            state.save("breaker", dict(kept, at=now))
+    else:
+        held, view = _breaker(cfg, node, actions, slurm, dry_run, state, hook)
+    actions = [a for a in actions if not any(a is h for h, _ in held)]
+    if live and run.tends_node and lean is None:
         if view is None and slurm is not None:
             view = _view(cfg, slurm, node)       # the other nodes' word on the mounts: one node-table read
         named: dict | None
@@ -147,6 +164,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
             # it tells what it would do alone with the mount.
             named = {} if slurm is None else None
         mounts.judge(live, named, now, every * _hysteresis(cfg))
+    elif live and run.tends_node:
+        mounts.judge(live, None, now, every * _hysteresis(cfg))      # no word read: the scope stays
     # What the scope allows: nothing irreversible before it is known, jobs that wait out
     # an outage, no reboot or recovery for the storage's trouble (decide/mount_incident.py).
     actions, kept_back = mounts.govern(actions, findings, live, node, cfg.reason_prefix,
@@ -170,7 +189,12 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         queue = actions
     else:
         queue, stale = spool.due(spooled, actions, cfg.policy.spool_max_age, findings)
-    results = early + [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
+    if lean is not None:
+        # As the last run ended them: held (for its reasons), or a drain found in place.
+        last = {k: (c, o) for k, _, c, o, _ in last_read.get("held") or []}
+        results = early + [ActionResult(a, Outcome(last[a.kind][1]), why, code=last[a.kind][0]) for a, why in held]
+    else:
+        results = early + [ActionResult(a, Outcome.HELD, why, code=Code.BREAKER) for a, why in held]
     results += [ActionResult(a, Outcome.HELD, why, code=code) for a, why, code in kept_back]
     results += [ActionResult(a, Outcome.SKIPPED, "spooled while Slurm could not be reached; its fault is gone "
                              "now: not done", code=Code.FAULT_GONE) for a in stale]
@@ -201,6 +225,8 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         # A node drained by us already only re-words its reason: nothing to re-read.
         results = _breaker_recheck(cfg, node, results, slurm, state)
 
+    if slurm is not None and run.tends_node:
+        _remember_read(state, node, view, lean is not None, findings, results, last_read, now)
     if not dry_run and not report_only:
         state.save(LEDGER, ledger_of.refresh(ledger, findings))
         # Actions Slurm could not take (unreachable, or no time left) wait in the spool;
@@ -223,6 +249,10 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         # What the node saw of its mounts is kept in report-only mode too: it is what the
         # report tells (an interval alone with one makes it the node's fault).
         mounts.record(live + answered, results, findings, now)
+        revived = _remounted(live, results, now)
+        if revived:
+            live = [i for i in live if i not in revived]
+            answered = answered + revived
         if live or published:
             state.save(INCIDENTS, dict(mounts.dump(live, now), published=published))
         elif doc:
@@ -233,6 +263,87 @@ def take_actions(cfg: Config, node: str, findings: list[Finding], dry_run: bool,
         if state.exists(OLD_SUSPECTS):
             state.delete(OLD_SUSPECTS)
     return results
+
+
+def _failing_keys(findings: list[Finding]) -> list[str]:
+    return sorted({f"{f.check}\x00{f.target}" for f in findings if f.severity == FAIL or f.job_action})
+
+
+def _lean(last: dict, findings: list[Finding], actions: list, live: list, now: float, every: float):
+    """(held, view) for a run that reads nothing, or None for a run that reads the node
+    table as usual. In a long outage every run reads the table once and every second run
+    also renews the node's word on the mount (mounts.refresh_after): that second run
+    reads nothing instead, when the run before it read the table at most one and a half
+    intervals ago and was not itself lean, held every risky action (drain, reboot,
+    requeue) and did none, failed on exactly the same findings, and this run's risky
+    actions are of the kinds it held. It holds them again, for the reasons that run gave
+    (nothing irreversible is ever done on a view it did not read), the scope stays as it
+    was, and its word is written over the node's Comment as that run read it. One RPC."""
+    from ..decide.breaker import ClusterView
+    from ..decide.mount_incident import SHARED, drain_words, published
+    from . import mounts as mount_steps
+    if not last or last.get("lean") or not last.get("held_all") or not isinstance(last.get("own"), dict):
+        return None
+    if not 0 <= now - float(last.get("at") or 0) <= 1.5 * every:
+        return None
+    if last.get("failing") != _failing_keys(findings):
+        return None
+    why = {k: (w, c, o, r) for k, w, c, o, r in last.get("held") or []}
+    risky = [a for a in actions if a.kind in RISKY and not a.replace_only and not a.job_only]
+    # Of the kinds the last run held, or found in place already (a drain of ours with
+    # this very reason: nothing to send).
+    first = drain_words(live)         # what this run's drain would say first (_name_mounts)
+    if any(a.kind not in why or why[a.kind][2] != "held" and why[a.kind][3] != _worded(a.reason, first)
+           for a in risky):
+        return None
+    own = last["own"]
+    words = published(own)
+    wanted = sorted([i.source, i.fstype, i.mountpoint, i.kind] for i in live if i.scope in SHARED and not i.marked)
+    if not words or sorted([w.source, w.fstype, w.mountpoint, w.kind] for w in words) != wanted:
+        return None
+    if not any(now - w.seen >= mount_steps.refresh_after(every) for w in words):
+        return None                  # not due: a usual run's one read costs as much
+    held = [(a, f"{why[a.kind][0]} (as the last run read the cluster)" if why[a.kind][2] == "held"
+             else why[a.kind][0]) for a in risky]
+    return held, ClusterView(total=0, infos={own.get("NodeName", ""): own})
+
+
+def _remember_read(state: StateStore, node: str, view, lean: bool, findings: list[Finding], results: list,
+                   last: dict, now: float) -> None:
+    """What the next run needs to know to skip its read (_lean); nothing when this run
+    read nothing and was not lean (Slurm did not answer)."""
+    from ..core.outcomes import Code, Outcome
+    if lean:
+        state.save(LAST_READ, dict(last, lean=True))
+        return
+    if view is None or node not in view.infos:
+        if last:
+            state.delete(LAST_READ)
+        return
+    risky = [r for r in results if r.action.kind in RISKY and not r.action.replace_only and not r.action.job_only]
+    kept = [r for r in risky if r.outcome == Outcome.HELD or r.code == Code.ALREADY_DRAINED]
+    held_all = bool(risky) and len(kept) == len(risky)
+    from ..slurm.api import CAUSE_FIELD
+    own = {k: view.infos[node].get(k, "") for k in ("NodeName", "State", "Reason", CAUSE_FIELD)}
+    state.save(LAST_READ, {"at": now, "lean": False, "held_all": held_all, "failing": _failing_keys(findings),
+                           "held": [[r.action.kind, r.message, str(r.code), str(r.outcome), r.action.reason]
+                                    for r in kept],
+                           "own": own})
+
+
+def _remounted(live: list, results: list, now: float) -> list:
+    """The dead mounts this run remounted and found answering: their incidents end now,
+    as if the next run had found them answering, so that the next death of the same
+    mount (another restart of the storage) is a new incident with its own remount, not
+    the old one whose remount is done."""
+    from ..core.outcomes import Code
+    done = [r.action.recovery for r in results if r.action.kind == "recover" and r.code == Code.RECOVERED
+            and r.action.recovery is not None and r.action.recovery.dead]
+    out = [i for i in live if any(x.mountpoint == i.mountpoint or (x.dev and x.dev == i.dev) for x in done)]
+    for i in out:
+        i.answered = now
+        i.step(now, "answered: remounted")
+    return out
 
 
 def _held_completing(results, node: str, prefix: str) -> list:
@@ -300,14 +411,21 @@ def _view(cfg: Config, slurm, node: str):
 def _name_mounts(actions: list, entries: list, words: str) -> None:
     """Each drain of this run names the node's mounts in its cause (what the other nodes
     read), and says first when the storage is down for everybody."""
-    from ..core.reason import cause_with, make_reason, words_of
+    from ..core.reason import cause_with
     for a in actions:
         if a.kind != "drain" or a.replace_only:
             continue
         if a.cause:
             a.cause = cause_with(a.cause, entries)
-        if words and not words_of(a.reason).startswith(words):
-            a.reason = make_reason([words, words_of(a.reason)])
+        a.reason = _worded(a.reason, words)
+
+
+def _worded(reason: str, words: str) -> str:
+    """A drain's reason saying `words` (the storage down for everybody) first."""
+    from ..core.reason import make_reason, words_of
+    if words and not words_of(reason).startswith(words):
+        return make_reason([words, words_of(reason)])
+    return reason
 
 
 def _back_in_service(slurm, node: str, prefix: str, drain: dict):
