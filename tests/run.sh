@@ -112,10 +112,11 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
     rm -rf "$private"
     mkdir -p "$private"
     # The scale tests run alone on the host: the other session waits (tests/heavy.py).
-    export SLURM_HOOKS_TEST_HEAVY_LOCK=$private/heavy.lock
+    # For these two sessions only: the directory goes with them.
+    heavy=$private/heavy.lock
     log="$private-built.log"
     echo "=== the whole suite on Debian's Slurm, and beside it the Slurm-facing tests on the Slurm built from source (${built_args[*]}; its output follows the first) ==="
-    SLURM_HOOKS_TEST_PORTS=26500-32700 SLURM_HOOKS_TEST_USER_SUFFIX=-b \
+    SLURM_HOOKS_TEST_HEAVY_LOCK=$heavy SLURM_HOOKS_TEST_PORTS=26500-32700 SLURM_HOOKS_TEST_USER_SUFFIX=-b \
         .venv/bin/python tests/namespaced.py "$private/built" -- \
         .venv/bin/python -m pytest "${built_args[@]}" -p no:cacheprovider "$@" > "$log" 2>&1 &
     built_pid=$! distro_pid=
@@ -130,7 +131,7 @@ if [ "$sessions" = both ] && [ -n "${built_args[0]:-}" ] && [ "${built_args[0]#-
         done
     }
     trap stop_sessions TERM INT
-    SLURM_HOOKS_TEST_PORTS=20000-26400 \
+    SLURM_HOOKS_TEST_HEAVY_LOCK=$heavy SLURM_HOOKS_TEST_PORTS=20000-26400 \
         .venv/bin/python tests/namespaced.py "$private/distro" -- \
         .venv/bin/python -m pytest --host-paths=without "$@" &
     distro_pid=$!
