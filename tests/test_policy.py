@@ -351,6 +351,31 @@ def test_a_claim_counts_only_ahead_of_ours_and_while_it_lives():
         claim_late(100.0, 100.0 + CLAIM_LIFE - CLAIM_TRIP - 0.5)
 
 
+def test_a_claims_verdict_names_the_outage_the_limit_and_clocks_a_little_ahead():
+    import time as _time
+
+    from slurm_hooks.core.config import PolicyConfig
+    from slurm_hooks.decide.breaker import ClusterView, claim_verdict, settle
+    three = PolicyConfig(max_drained_nodes=3, max_drained_fraction=0)
+    # Nothing drained, three claims ahead: the message ends at the limit, no outage named.
+    view = ClusterView(total=10, claims={"n1": 100.0, "n2": 100.0, "n3": 100.0})
+    assert claim_verdict(view, "n9", 100.5, three, 101.0).endswith("claiming ahead of n9 (limit 3 of 10)")
+    # A claim stamped by a clock a little ahead of ours still counts.
+    ahead = ClusterView(total=10, claims={"n1": 101.1, "n2": 100.0, "n3": 100.0})
+    assert claim_verdict(ahead, "n9", 101.2, three, 101.0) is not None
+    # Two drained for one cause: named as one outage.
+    drained = ClusterView(total=10, ours={"n1": "fs /gpfs hung", "n2": "fs /gpfs hung"},
+                          causes={"n1": "filesystem /gpfs", "n2": "filesystem /gpfs"}, claims={"n3": 100.0})
+    why = claim_verdict(drained, "n9", 100.5, three, 101.0)
+    assert "2 of them for filesystem /gpfs" in why and "looks like one outage" in why
+    # The share of the cluster as the limit: 20 % of 10 = 2.
+    share = PolicyConfig(max_drained_nodes=0, max_drained_fraction=0.2)
+    assert claim_verdict(ClusterView(total=10, claims={"n1": 100.0}), "n9", 100.5, share, 101.0) is None
+    assert claim_verdict(ClusterView(total=10, claims={"n1": 100.0, "n2": 100.1}), "n9", 100.5, share, 101.0)
+    # settle() on our own clock: at most a second and twice the skew away.
+    assert 0.0 <= settle(_time.time()) <= 1.0 + 2 * 0.3
+
+
 def test_the_cluster_view_reads_a_claim_only_of_a_node_in_service():
     from slurm_hooks.core.reason import cause_text
     from slurm_hooks.decide.breaker import cluster_view
@@ -362,6 +387,9 @@ def test_the_cluster_view_reads_a_claim_only_of_a_node_in_service():
     slurm.set_state("n2", flags=("DRAIN",), reason="an admin's words")
     slurm.nodes["n3"].comment = claim.replace("1765000000.25", "\"soon\"")
     slurm.nodes["n4"].comment = "ticket 4711 \"claim\": 5"
+    assert cluster_view(slurm, "slurm-hooks:").claims == {"n1": 1765000000.25}
+    # A stamp that is no time at all (not finite) is no claim.
+    slurm.nodes["n3"].comment = claim.replace("1765000000.25", "\"inf\"")
     assert cluster_view(slurm, "slurm-hooks:").claims == {"n1": 1765000000.25}
 
 
