@@ -119,3 +119,26 @@ def test_a_node_table_of_thousands_of_nodes_is_read_whole():
     assert len(cut.stdout) <= MAX_RESULT + 65536 and cut.stdout.count("\n") < 4096
     whole = run_command([sys.executable, "-c", code], 30, max_output=NODE_TABLE_MAX)
     assert whole.ok and whole.stdout.count("\n") == 4096
+
+
+def test_the_backend_reads_a_node_table_of_thousands_of_nodes_whole(tmp_path):
+    """The scontrol backend's read of the node table passes the larger cap: a scontrol
+    (a real program here, with no Slurm library beside it) that prints 4,096 nodes, 2.4 MB,
+    gives the breaker 4,096 nodes, not the first 1,893."""
+    import sys
+
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm.scontrol import Slurm
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f"#!{sys.executable}\nimport sys\n"
+                        "assert sys.argv[1:] == ['-o', 'show', 'node'], sys.argv\n"
+                        "for i in range(4096):\n"
+                        "    sys.stdout.write('NodeName=x%d Arch=x86_64 State=IDLE Reason=none Comment=' % i"
+                        " + 'c' * 560 + '\\n')\n")
+    scontrol.chmod(0o755)
+    (tmp_path / "slurm.conf").write_text("ClusterName=t\n")
+    slurm = Slurm(SlurmConfig(conf=str(tmp_path / "slurm.conf"), bin_dir=str(bin_dir), timeout=30))
+    nodes = slurm.list_nodes_alone()
+    assert not slurm.library and len(nodes) == 4096 and nodes[-1]["NodeName"] == "x4095"
