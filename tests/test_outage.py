@@ -250,6 +250,14 @@ def test_a_run_reads_the_table_when_the_last_read_is_old(tmp_path, clock):
         c.run("n2", [probe_hung()])
         assert c.slurm.calls.get("list_nodes_alone") == 1, c.slurm.calls
         clock.tick(2 * INTERVAL)
+    # A kept record of another shape (not what a run writes): read as usual.
+    c.run("n2", [probe_hung()])
+    kept = c.state["n2"].load("last-read")
+    c.state["n2"].save("last-read", dict(kept, held=[h[:3] for h in kept["held"]]))
+    clock.tick(INTERVAL + 10)
+    c.slurm.calls.clear()
+    results = c.run("n2", [probe_hung()])
+    assert c.slurm.calls.get("list_nodes_alone") == 1 and ("drain", "held", "breaker") in kinds(results), c.slurm.calls
 
 
 def test_a_job_waits_out_the_outage_for_requeue_after_then_is_requeued_once(tmp_path, clock):

@@ -288,7 +288,10 @@ def _lean(last: dict, findings: list[Finding], actions: list, live: list, now: f
         return None
     if last.get("failing") != _failing_keys(findings):
         return None
-    why = {k: (w, c, o, r) for k, w, c, o, r in last.get("held") or []}
+    kept = last.get("held")
+    if not isinstance(kept, list) or not all(isinstance(x, list) and len(x) == 5 for x in kept):
+        return None                  # not what _remember_read writes: read as usual
+    why = {k: (w, c, o, r) for k, w, c, o, r in kept}
     risky = [a for a in actions if a.kind in RISKY and not a.replace_only and not a.job_only]
     # Of the kinds the last run held, or found in place already (a drain of ours with
     # this very reason: nothing to send).
