@@ -28,37 +28,31 @@ def _open(path: str) -> int:
 
 
 @contextlib.contextmanager
-def alone() -> Iterator[None]:
-    """Held by a scale module: no other test of either session runs meanwhile."""
+def _hold(exclusive: bool) -> Iterator[None]:
     path = os.environ.get(ENV)
     if not path:
         yield
         return
     gate, lock = _open(path + ".gate"), _open(path)
     try:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(lock)
-        os.close(gate)
-
-
-@contextlib.contextmanager
-def beside() -> Iterator[None]:
-    """Held by every other test: it waits while a scale module runs."""
-    path = os.environ.get(ENV)
-    if not path:
-        yield
-        return
-    gate, lock = _open(path + ".gate"), _open(path)
-    try:
-        fcntl.flock(gate, fcntl.LOCK_SH)
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        os.close(gate)
-        gate = -1
+        # The gate: held by a scale module until it is done, by the others for a moment.
+        fcntl.flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if not exclusive:
+            os.close(gate)
+            gate = -1
         yield
     finally:
         os.close(lock)
         if gate >= 0:
             os.close(gate)
+
+
+def alone() -> contextlib.AbstractContextManager[None]:
+    """Held by a scale module: no other test of either session runs meanwhile."""
+    return _hold(exclusive=True)
+
+
+def beside() -> contextlib.AbstractContextManager[None]:
+    """Held by every other test: it waits while a scale module runs."""
+    return _hold(exclusive=False)
