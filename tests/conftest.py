@@ -142,6 +142,63 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed cluster test's report carries what each node's health check did, run by
+    run (the journals under its tmp_path): a failure seen only in CI can be read there."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.passed or report.skipped or not CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return
+    root = getattr(item, "funcargs", {}).get("tmp_path")
+    if isinstance(root, Path):
+        try:
+            story = journal_story(root)
+        except Exception as e:          # the report of a failure never fails itself
+            story = f"(the journals could not be read: {e!r})"
+        if story:
+            report.sections.append(("slurm-hooks journals", story))
+
+
+def journal_story(root: Path, last: int = 25) -> str:
+    """Each node's last runs, one line each: when, its status, what it did with which
+    outcome (and for a recovery, the jobs it waits for), and its notes."""
+    import json
+    lines = []
+    for path in sorted(root.glob("journal-*.jsonl")):
+        runs = []
+        for text in path.read_text(errors="replace").splitlines():
+            try:
+                r = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and r.get("event") == "run":
+                runs.append(r)
+        lines.append(f"--- {path.name}: {len(runs)} runs, the last {min(last, len(runs))}")
+        for r in runs[-last:]:
+            acts = []
+            for a in r.get("actions") or []:
+                one = f"{a.get('kind')}:{a.get('outcome')}" + (f"/{a['code']}" if a.get("code") else "")
+                rec = a.get("recovery") or {}
+                if rec.get("jobs"):
+                    one += f"(jobs {','.join(map(str, rec['jobs']))})"
+                acts.append(one)
+            bad = []
+            for c in r.get("checks") or []:
+                for f in (c.get("findings") or []) if isinstance(c, dict) else []:
+                    if f.get("severity") != "ok" or f.get("status") != "ok":
+                        ev = f.get("evidence") or {}
+                        bad.append(f"{f.get('check')}={f.get('status')}/{f.get('severity')}"
+                                   + (f"(job {f['job']})" if f.get("job") else "")
+                                   + (f"(dev {ev['mount_dev']})" if ev.get("mount_dev") else ""))
+                if isinstance(c, dict) and c.get("error"):
+                    bad.append(f"{c.get('name')}:error")
+            notes = "; ".join(str(n)[:100] for n in r.get("notes") or [] if not str(n).startswith("slurm backend"))
+            lines.append(f"{r.get('time')} {r.get('status')} {r.get('duration')}s checks[{' '.join(bad)}] "
+                         f"acts[{' '.join(acts)}] {notes}".rstrip())
+    return "\n".join(lines)
+
+
 def _new_cluster(request, root, **kw) -> SlurmCluster:
     prefix = request.config.getoption("--slurm-prefix")
     return SlurmCluster(root, prefix=prefix, **kw)
