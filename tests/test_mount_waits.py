@@ -153,6 +153,33 @@ def test_no_recovery_before_slurm_says_the_jobs_waiting_on_the_mount_are_gone(tm
     assert res.code != Code.JOBS_FIRST, res
 
 
+def test_a_job_whose_task_was_not_placed_keeps_the_mount_from_being_aborted(tmp_path):
+    """A job with a task the run saw waiting but could not place on a mount (its look
+    timed out under load, it is still within its grace, its diagnosis was left for the
+    next run) may be on the mount: the recovery waits for it as for a placed one, and
+    tells it nothing once done."""
+    from slurm_hooks.act import mounts
+    from slurm_hooks.checks._config import default_config as Config
+    from slurm_hooks.core.model import Action, Recovery
+    from slurm_hooks.core.outcomes import Code
+    from slurm_hooks.core.state import StateStore
+    from slurm_hooks.slurm.fake import FakeSlurm
+
+    slurm = FakeSlurm()
+    job = slurm.add_job("n1", requeue=False)
+    cfg = Config(state_dir=str(tmp_path / "state"))
+    state = StateStore(str(tmp_path / "state" / "n1"))
+    r = Recovery(mountpoint="/nowhere-mounted", dev="0:999", method="fuse-abort", probe="/nowhere-mounted",
+                 unplaced=[job])
+    a = Action("recover", node="n1", reason="x", incident="/nowhere-mounted", recovery=r)
+    [res] = mounts.recover(cfg, "n1", [a], slurm, state, {}, False, False, {})
+    assert res.code == Code.JOBS_FIRST and f"job {job} still runs here with a task this run could not place" \
+        in res.message, res
+    slurm.end_job(job)
+    out = mounts.recover(cfg, "n1", [a], slurm, state, {}, False, False, {})
+    assert out[0].code != Code.JOBS_FIRST and not [x for x in out[1:] if x.action.kind == "comment"], out
+
+
 OPEN_UNDER = """
 import sys
 open(sys.argv[1] + "/ckpt/model.pt", "rb")

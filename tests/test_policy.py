@@ -681,7 +681,9 @@ def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
     found = [probe, on_it, elsewhere, warned]
     out = recoveries([drain], found, {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True)
     want = Recovery(mountpoint="/gpfs", dev="0:77", method="fuse-abort", probe="/gpfs/probe",
-                    tasks=[[300, 100]], jobs=["7"])
+                    tasks=[[300, 100]], jobs=["7"], unplaced=["9"])
+    # Job 9's task waits on the mount too, not (yet) found the node's fault: waited for,
+    # never told; job 8's waits elsewhere.
     assert out == [drain, Action("recover", node="n1", reason=probe.summary, incident="/gpfs", recovery=want)]
     still = gpfs_probe("still_hung")
     assert [a.kind for a in recoveries([drain], [still], {}, recoverable(), {"filesystem:/gpfs/probe": 3}, True)] \
@@ -693,6 +695,33 @@ def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
     # Recovered before and hung again: that is for the next incident, not this one's retry.
     done = {"recover:n1:/gpfs": {"recovered": True}}
     assert recoveries([drain], found, done, recoverable(), {"filesystem:/gpfs/probe": 2}, True) == [drain]
+
+
+def test_the_jobs_of_tasks_not_placed_on_a_mount_are_waited_for_too():
+    """Every job with a task the stuck-task check did not place (no device proven:
+    unproven, watched, left for a later run) counts as one the recovery waits for; one
+    placed on another device, or on the user's own mount, does not."""
+    from slurm_hooks.core.model import OK
+    from slurm_hooks.decide.mount_incident import unplaced
+    drain = Action("drain", node="n1", reason=R)
+    unproven = on_gpfs(pid=500, job="9", dev="", severity=WARN)
+    unproven.status = "stuck_not_node"
+    watched = Finding(check="stuck_tasks", target="pid 600", status="watching", severity=OK, summary="",
+                      evidence={"pid": 600, "tid": 600, "seconds": 1.0}, job="10")
+    own = on_gpfs(pid=700, job="11", dev="0:99", severity=WARN)
+    own.status = "stuck_own_mount"
+    unplaced_own = on_gpfs(pid=701, job="12", dev="", severity=WARN)
+    unplaced_own.status = "stuck_own_mount"
+    elsewhere = on_gpfs(pid=400, job="8", dev="0:88")
+    ok_probe = Finding(check="filesystem", target="/x", status="ok", severity=OK, summary="", job="13")
+    found = [gpfs_probe(), on_gpfs(needs_reboot=False), unproven, watched, own, unplaced_own, elsewhere, ok_probe]
+    [_, rec] = recoveries([drain], found, {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True)
+    assert (rec.recovery.jobs, rec.recovery.unplaced) == (["7"], ["10", "9"])
+    assert unplaced(found, "0:77", ["7", "9"]) == ["10"]
+    # The reboot a proven task asked for becomes the recovery, waiting for the same jobs.
+    reboot = Action("reboot", node="n1", reason=R, incident="n1:300:100")
+    [x] = recoveries([reboot], [on_gpfs()] + found[2:], {}, recoverable(), {}, True)
+    assert (x.kind, x.recovery.jobs, x.recovery.unplaced) == ("recover", ["7"], ["10", "9"])
 
 
 def test_a_recovery_that_left_the_mount_hung_is_followed_by_the_reboot():

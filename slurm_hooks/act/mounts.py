@@ -171,10 +171,16 @@ def recover(cfg: Config, node: str, actions: list, slurm, state: StateStore, led
         # job whose task dies of it while it runs here ends FAILED. A job that cannot be
         # requeued keeps the mount as it is until it ends.
         waiting = [j for j in r.jobs if cfg.actions.requeue_job and _runs_here(slurm, j, node)]
-        if waiting:
-            out.append(ActionResult(a, Outcome.FAILED, f"not started: Slurm says job {', '.join(waiting)} still runs "
-                                    f"here with a task waiting on {r.mountpoint}; the recovery waits until it is "
-                                    "requeued or ended", retry=False, code=Code.JOBS_FIRST))
+        # A job whose task this run could not place may be on the mount too: the
+        # recovery waits for it as well.
+        unsure = [j for j in r.unplaced if j not in r.jobs and cfg.actions.requeue_job and _runs_here(slurm, j, node)]
+        if waiting or unsure:
+            said = [f"job {', '.join(waiting)} still runs here with a task waiting on {r.mountpoint}"] if waiting else []
+            if unsure:
+                said.append(f"job {', '.join(unsure)} still runs here with a task this run could not place "
+                            f"(it may wait on {r.mountpoint})")
+            out.append(ActionResult(a, Outcome.FAILED, f"not started: Slurm says {'; '.join(said)}; the recovery "
+                                    "waits until it is requeued or ended", retry=False, code=Code.JOBS_FIRST))
             continue
         # Inside the run's action deadline (slurmd kills the health check at 60 s): a
         # recovery that cannot fit is left whole for the next run, never cut short.

@@ -323,6 +323,15 @@ class StuckTasksCheck:
             f = diagnosis.finding(ctx, d)
             if f is not None:
                 out.append(f)
+        for pid in diagnosis.deferred:
+            # Not diagnosed in this run: its job is named all the same, so that no mount
+            # is aborted under it meanwhile (decide/mount_incident.py: unplaced).
+            b, held = max(stuck[pid], key=lambda x: x[1])
+            ref = diagnosis.ref(pid, b.uid)
+            if ref is not None and ref.belongs_to(ctx.node):
+                out.append(Finding(check=NAME, target=f"pid {pid}", status="watching", severity=OK,
+                                   summary=f"job {ref.job} pid {pid} stuck for {held:.0f}s: diagnosed in a later run",
+                                   evidence={"pid": pid, "tid": b.tid, "seconds": round(held, 1)}, job=ref.job))
         if diagnosis.deferred:
             ctx.notes.append(f"{len(diagnosis.deferred)} more stuck processes are diagnosed in the next runs "
                              f"(pids {', '.join(map(str, diagnosis.deferred[:8]))}"
@@ -332,15 +341,24 @@ class StuckTasksCheck:
             watching = diagnosis.corroborated(ctx, watching + self._fs_sleepers(ctx, cfg, outcomes), hung,
                                               kernel, out)
         for b, held in watching:
-            if b.state != "D":
-                continue          # asleep, and not proven to wait on the hung mount: nothing
-
             ref = diagnosis.ref(b.pid, b.uid)
             if ref is not None and not ref.belongs_to(ctx.node):
                 continue
+            if b.state != "D":
+                # Asleep in a filesystem's wait while a probe hangs, not proven to wait on
+                # its mount: no fault of anyone's; a job's is named (decide/mount_incident.py:
+                # unplaced), so that no mount is aborted under it.
+                if ref is not None:
+                    from ..core.reason import printable
+                    out.append(Finding(check=NAME, target=f"pid {b.pid}", status="watching", severity=OK,
+                                       summary=f"job {ref.job} pid {b.pid} tid {b.tid} ({printable(b.comm)}) asleep in a "
+                                               "filesystem wait while a probe hangs, not placed on a mount",
+                                       evidence={"pid": b.pid, "tid": b.tid, "seconds": round(held, 1)}, job=ref.job))
+                continue
             who = f"job {ref.job} " if ref else ""
+            from ..core.reason import printable
             out.append(Finding(check=NAME, target=f"pid {b.pid}", status="watching", severity=OK,
-                               summary=f"{who}pid {b.pid} tid {b.tid} ({b.comm}) in D for {held:.0f}s "
+                               summary=f"{who}pid {b.pid} tid {b.tid} ({printable(b.comm)}) in D for {held:.0f}s "
                                        f"without progress (stuck after {cfg.grace:g}s)",
                                evidence={"pid": b.pid, "tid": b.tid, "seconds": round(held, 1)},
                                job=ref.job if ref else None))

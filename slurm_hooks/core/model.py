@@ -110,6 +110,10 @@ class Recovery:
     tasks: list = field(default_factory=list)   # [pid, start ticks] stuck on the mount
     probes: list = field(default_factory=list)  # [pid, start ticks] of our own probes stuck on it
     jobs: list = field(default_factory=list)    # their jobs, told what became of it
+    # Jobs with a task this run could not place (its place unproven, still watched, or
+    # left for a later run's diagnosis): it may wait on the mount, so the recovery waits
+    # for these jobs as for `jobs`, and tells them nothing.
+    unplaced: list = field(default_factory=list)
     dead: bool = False         # the mount answers every call at once with an error: detach and remount only
 
 

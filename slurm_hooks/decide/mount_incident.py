@@ -589,7 +589,8 @@ def recoveries(actions: list[Action], findings: list[Finding], incidents: list[I
                  if isinstance(f.evidence.get("pid"), int)]
         jobs = sorted({f.job for f in stuck if f.job})
         out.append(Action("recover", node=a.node, reason=a.reason, incident=a.incident,
-                          recovery=Recovery(**{**asdict(base), "tasks": tasks, "jobs": jobs})))
+                          recovery=Recovery(**{**asdict(base), "tasks": tasks, "jobs": jobs,
+                                               "unplaced": unplaced(findings, base.dev, jobs)})))
     node = next((a.node for a in actions if a.node), "")
     by_key = {i.key: i for i in incidents}
     for f in findings:
@@ -616,12 +617,30 @@ def recoveries(actions: list[Action], findings: list[Finding], incidents: list[I
             dev = recoverable[point].dev
             on_it = [g for g in findings if g.severity == FAIL and dev and g.evidence.get("mount_dev") == dev
                      and isinstance(g.evidence.get("pid"), int) and has_role(g.check, STUCK_TASK)]
+            jobs = sorted({g.job for g in on_it if g.job})
             out.append(Action("recover", node=node, reason=f.reason_text, incident=point,
                               recovery=Recovery(**{**asdict(recoverable[point]),
                                                    "tasks": [[g.evidence["pid"], int(g.evidence.get("start_ticks") or 0)]
                                                              for g in on_it],
-                                                   "jobs": sorted({g.job for g in on_it if g.job})})))
+                                                   "jobs": jobs, "unplaced": unplaced(findings, dev, jobs)})))
     return out
+
+
+def unplaced(findings: list[Finding], dev: str, placed: list) -> list[str]:
+    """The jobs besides `placed` with a task the stuck-task check saw waiting but did not
+    place on a mount this run (no device proven: a look that timed out under load, a
+    task still within its grace, one left for a later run): any of them may wait on the
+    mount of device `dev`, and aborting it would fail the job's calls. A task placed on
+    another device does not count, nor one on the user's own mount."""
+    out = set()
+    for f in findings:
+        if not f.job or f.job in placed or not has_role(f.check, STUCK_TASK) \
+                or f.status not in ("stuck", "stuck_not_node", "watching"):
+            continue
+        on = str(f.evidence.get("mount_dev") or "")
+        if not on or on == dev:
+            out.add(f.job)
+    return sorted(out)
 
 
 def _dead(out: list[Action], f: Finding, base, i: Incident | None, ledger: dict, counts: dict, node: str) -> None:
