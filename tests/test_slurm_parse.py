@@ -103,10 +103,11 @@ class _Nodes:
     def __init__(self, lines):
         self.records = [parse_oneliner(line) for line in lines]
 
-    def list_nodes_alone(self):
+    def list_nodes_alone(self, mine="", prefix=""):
         return self.records
 
-    list_nodes = list_nodes_alone
+    def list_nodes(self):
+        return self.records
 
     def list_jobs(self):
         return []

@@ -403,7 +403,7 @@ def _view(cfg: Config, slurm, node: str):
     from ..decide.breaker import cluster_view
     from ..slurm.api import SlurmError
     try:
-        view = cluster_view(slurm, cfg.reason_prefix)
+        view = cluster_view(slurm, cfg.reason_prefix, node)
     except SlurmError:
         return None
     if node in view.infos:
@@ -539,7 +539,7 @@ def _breaker(cfg: Config, node: str, actions, slurm, dry_run: bool, state: State
     from ..decide.breaker import cluster_view, verdict
     from ..slurm.api import SlurmError
     try:
-        view = cluster_view(slurm, cfg.reason_prefix)
+        view = cluster_view(slurm, cfg.reason_prefix, node)
     except SlurmError:
         return [], None        # no view: the drain itself will fail and be spooled
     from ..decide.breaker import step_back
@@ -587,7 +587,7 @@ def _breaker_recheck(cfg: Config, node: str, results: list, slurm, state: StateS
     if slurm.deadline is None or time.monotonic() + wait + MIN_CALL < slurm.deadline:
         time.sleep(wait)         # every drain that sorts ahead of ours is visible after it
     try:
-        view = cluster_view(slurm, cfg.reason_prefix)
+        view = cluster_view(slurm, cfg.reason_prefix, node)
         why = step_back(view, node, cfg.policy)
         if why:
             _step_back(slurm, view, node, drained[0].action.cause)
@@ -645,7 +645,7 @@ def _claim(cfg: Config, node: str, queue: list, slurm, view, state: StateStore) 
                       "drain held, tried again next run"), None, view)
     time.sleep(wait)
     try:
-        again = cluster_view(slurm, cfg.reason_prefix)
+        again = cluster_view(slurm, cfg.reason_prefix, node)
     except SlurmError:
         return (*lose("drain-storm breaker: the cluster could not be read after this node's claim: "
                       "drain held, tried again next run"), None, view)

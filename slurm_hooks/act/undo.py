@@ -66,7 +66,7 @@ def main(cfg: Config, nodes: list[str], every: bool, dry_run: bool) -> int:
     try:
         slurm = open_backend(cfg.slurm)
         if every:
-            nodes = [n["NodeName"] for n in slurm.list_nodes_alone() if _ours(n, cfg.reason_prefix)]
+            nodes = [n["NodeName"] for n in slurm.list_nodes_alone(prefix=cfg.reason_prefix) if _ours(n, cfg.reason_prefix)]
         lines, ok = undo(slurm, nodes, cfg.reason_prefix, dry_run)
     except SlurmError as e:
         print(f"slurm-hooks resume: Slurm could not be asked: {e}", file=sys.stderr)

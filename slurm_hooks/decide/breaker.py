@@ -60,12 +60,16 @@ class ClusterView:
     claims: dict = field(default_factory=dict)   # node -> its claim's stamp (our clocks), not drained
 
 
-def cluster_view(slurm, prefix: str) -> ClusterView:
+def cluster_view(slurm, prefix: str, node: str = "") -> ClusterView:
+    """The node table as the breaker and the outage read it (one RPC): every node
+    counted, and the records of `node` and of every node with a word of ours."""
     view = ClusterView(total=0)
-    for info in slurm.list_nodes_alone():
+    for info in slurm.list_nodes_alone(node, prefix):
         view.total += 1
         view.infos[info["NodeName"]] = info
         raw = info.get("Reason", "")
+        if not raw and not info.get(CAUSE_FIELD):
+            continue                      # no reason, no Comment: not ours, no claim (most nodes)
         reason = strip_reason_stamp(raw)
         # Ours: drained, or DOWN/rebooting after a reboot we asked for.
         if (node_is_drained(info) or foreign_states(info)) and reason_is_current(info) \

@@ -382,9 +382,20 @@ class FakeSlurm(PrimedNodes):
         self._rpc("list_nodes")
         return [self._record(n) for n in self.nodes.values()]
 
-    def list_nodes_alone(self) -> list[dict]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict]:
+        """As the real backends (slurm/slurmlib.py `nodes-alone`): a node other than
+        `mine` with no word of ours is its NodeName and State alone."""
+        from ..core.reason import CAUSE_TAG, MARK
         self._rpc("list_nodes_alone")
-        return [self._record(n) for n in self.nodes.values()]
+        out = []
+        marks = [MARK] + ([prefix] if prefix.strip() else [])
+        for n in self.nodes.values():
+            rec = self._record(n)
+            if rec["NodeName"] != mine and CAUSE_TAG not in rec.get(CAUSE_FIELD, "") \
+                    and not any(m in rec.get("Reason", "") for m in marks):
+                rec = {"NodeName": rec["NodeName"], "State": rec["State"]}
+            out.append(rec)
+        return out
 
     def show_job(self, job: str) -> dict | None:
         self._rpc("show_job")

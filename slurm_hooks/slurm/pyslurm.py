@@ -124,14 +124,14 @@ class PyslurmBackend(PrimedNodes):
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")
 
-    def list_nodes_alone(self) -> list[dict]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict]:
         # pyslurm's Nodes.load() also loads every partition (two RPCs), and the breaker
         # reads the node list on every failing run of every node: the nodes alone come
         # from the libslurm of the Slurm pyslurm was matched to (slurm/slurmlib.py, one RPC),
         # as in the scontrol backend.
         if self.choice.error:
             raise BackendError(self.choice.error)
-        return self._scontrol.list_nodes_alone()
+        return self._scontrol.list_nodes_alone(mine, prefix)
 
     def show_job(self, job: str) -> dict | None:
         info = self._call("job", job)

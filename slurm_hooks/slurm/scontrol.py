@@ -376,10 +376,13 @@ class Slurm(PrimedNodes):
         """Every node's record (one RPC: the node list), for `status` and the breaker."""
         return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
 
-    def list_nodes_alone(self) -> list[dict[str, str]]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict[str, str]]:
         """Every node's NodeName, State, Reason and Comment (parse_nodes_lean), from the
-        node list alone (node_lines: one RPC): the breaker's and the outage's read."""
-        return parse_nodes_lean(records(self.node_lines(), "NodeName="))
+        node list alone (node_lines: one RPC): the breaker's and the outage's read. Of a
+        node other than `mine` with no word of ours (core/reason.py: our mark or
+        `prefix` in its reason, our cause in its Comment), NodeName and State may be all
+        there is."""
+        return parse_nodes_lean(records(self.node_lines(alone=(mine, prefix)), "NodeName="))
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""
@@ -403,15 +406,17 @@ class Slurm(PrimedNodes):
         line = next((r for r in found if r.startswith(f"NodeName={name} ")), found[0] if found else None)
         return parse_oneliner(line) if line else None
 
-    def node_lines(self) -> str:
+    def node_lines(self, alone: tuple[str, str] | None = None) -> str:
         """`scontrol -o show node` lines of every node. In one RPC to slurmctld through
         Slurm's client library (slurm/slurmlib.py: the nodes alone, no `Partitions=`), else
-        through scontrol, which also loads the partitions (two RPCs)."""
+        through scontrol, which also loads the partitions (two RPCs). `alone`: (mine,
+        prefix) for list_nodes_alone (slurmlib.py's `nodes-alone`)."""
         scontrol = self._beside("scontrol")
         if self.library:
             from . import slurmlib
             try:
-                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol, "nodes"],
+                return self._exec([sys.executable, "-I", "-S", slurmlib.__file__, scontrol,
+                                   *(["nodes-alone", *alone] if alone is not None else ["nodes"])],
                                   max_output=NODE_TABLE_MAX).stdout
             except SlurmUnavailable:
                 raise

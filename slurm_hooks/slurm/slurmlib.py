@@ -8,6 +8,15 @@ every node, so it asks for the nodes alone: `slurm_load_node()` (REQUEST_NODE_IN
 printed by the library's own `slurm_print_node_info_msg()` in `scontrol -o`'s one-line
 format, which slurm/scontrol.py already parses.
 
+`nodes-alone MINE PREFIX` prints the table for the breaker and the outage's witnesses,
+which act on nodes of ours alone (a reason with our mark or PREFIX, a Comment with our
+cause) and on the node they run on (MINE): those nodes' lines are the library's own, every
+other node's `NodeName=N State=S` alone (counted, never read further). At thousands of
+nodes, mostly without a word of ours, that is a small part of the bytes to format, pipe
+and parse. It needs `node_info_t`'s layout, which changes with every Slurm release: known
+for the releases tested (LAYOUTS, from slurm.h) and checked against the library's own line
+of the first and the last node, else the whole table, as `nodes` prints it.
+
 This file runs as a separate process (`python3 -I -S slurm/slurmlib.py SCONTROL nodes [NODE]`) through
 the hang-safe runner: the library may block on slurmctld, and Slurm's `fatal()` (a bad
 slurm.conf) exits the whole process. It imports nothing but the standard library.
@@ -28,6 +37,15 @@ SHOW_ALL = 1 << 0        # nodes of hidden partitions too: the breaker counts ev
 SHOW_MIXED = 1 << 3      # as scontrol asks: MIXED for partly allocated nodes
 
 _NAMES = ("libslurmfull.so", "libslurm.so")
+
+# node_info_t in slurm.h, by the library's API generation (slurm_api_version() >> 16,
+# the soname's number: one per Slurm release), on a 64-bit Linux (LP64):
+# (sizeof, offsetof name, node_state, comment, reason). Measured with offsetof() on each
+# release's own slurm.h.
+LAYOUTS = {
+    38: (336, 176, 208, 256, 264),      # 22.05
+    44: (416, 216, 248, 320, 328),      # 25.11
+}
 
 
 def candidates(scontrol: str) -> list[str]:
@@ -66,8 +84,9 @@ def _load(scontrol: str):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[1] != "nodes" or len(argv) > 3:
-        sys.stderr.write("usage: slurm/slurmlib.py SCONTROL nodes [NODE]\n")
+    if len(argv) < 2 or argv[1] not in ("nodes", "nodes-alone") or argv[1] == "nodes" and len(argv) > 3 \
+            or argv[1] == "nodes-alone" and len(argv) != 4:
+        sys.stderr.write("usage: slurm/slurmlib.py SCONTROL nodes [NODE] | nodes-alone MINE PREFIX\n")
         return 2
     lib = _load(argv[0])
     if lib is None:
@@ -89,7 +108,7 @@ def main(argv: list[str]) -> int:
     lib.slurm_init(None)                    # SLURM_CONF from the environment, as scontrol
     msg = ctypes.c_void_p()
     flags = SHOW_ALL | SHOW_MIXED
-    if len(argv) == 3:
+    if argv[1] == "nodes" and len(argv) == 3:
         rc = lib.slurm_load_node_single(ctypes.byref(msg), argv[2].encode(), flags)
     else:
         rc = lib.slurm_load_node(0, ctypes.byref(msg), flags)
@@ -98,11 +117,86 @@ def main(argv: list[str]) -> int:
         text = err and hasattr(lib, "slurm_strerror") and _strerror(lib, err)
         sys.stderr.write(f"slurm_load_node error: {text or f'error {err}'}\n")
         return 1
-    out = libc.fdopen(os.dup(1), b"w")
-    lib.slurm_print_node_info_msg(out, msg, 1)
-    libc.fflush(out)
+    lean = _lean_lines(lib, msg.value, argv[2], argv[3]) if argv[1] == "nodes-alone" else None
+    if lean is not None:
+        sys.stdout.write(lean)
+        sys.stdout.flush()
+    else:
+        out = libc.fdopen(os.dup(1), b"w")
+        lib.slurm_print_node_info_msg(out, msg, 1)
+        libc.fflush(out)
     lib.slurm_free_node_info_msg(msg)
     return 0
+
+
+def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
+    """The node table for the breaker: the library's own line for `mine` and each node
+    with a word of ours, `NodeName=N State=S` for the others; None where this release's
+    layout is not known or does not match what the library prints (then the whole
+    table). Our words are looked for as plain bytes, a superset of what the caller
+    parses as ours (core/reason.py: MARK, the prefix, CAUSE_TAG)."""
+    import struct
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_long) != 8 \
+            or not all(hasattr(lib, f) for f in ("slurm_api_version", "slurm_sprint_node_table",
+                                                 "slurm_node_state_string_complete")):
+        return None
+    layout = LAYOUTS.get(lib.slurm_api_version() >> 16)
+    if layout is None:
+        return None
+    size, at_name, at_state, at_comment, at_reason = layout
+    if not at_name + 8 <= at_state and at_state + 4 <= at_comment and at_comment + 8 <= at_reason <= size - 8:
+        return None
+    # node_info_msg_t: time_t last_update; uint32_t record_count; node_info_t *node_array.
+    count, array = struct.unpack_from("=I4xQ", ctypes.string_at(msg + 8, 16))
+    if not count:
+        return ""
+    if not array:
+        return None
+    lib.slurm_sprint_node_table.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.slurm_sprint_node_table.restype = ctypes.c_void_p
+    lib.slurm_node_state_string_complete.argtypes = [ctypes.c_uint32]
+    lib.slurm_node_state_string_complete.restype = ctypes.c_void_p
+    table = ctypes.string_at(array, count * size)
+    marks = [b"[slurm-hooks]"] + ([prefix.encode()] if prefix.strip() else [])
+    cause = b"slurm-hooks:cause"
+    own = mine.encode()
+    states: dict[int, str] = {}
+
+    def text(address: int) -> str:
+        # The library's strings are xmalloc'd; this process ends in a moment: not freed.
+        return ctypes.string_at(address).decode("utf-8", "surrogateescape") if address else ""
+
+    def line(i: int) -> str:
+        return text(lib.slurm_sprint_node_table(array + i * size, 1))
+
+    def state(value: int) -> str:
+        if value not in states:
+            states[value] = text(lib.slurm_node_state_string_complete(value))
+        return states[value]
+
+    # One record's four fields, in the order they lie (name < node_state < comment <
+    # reason in both layouts), read for every record at once.
+    record = struct.Struct(f"={at_name}xQ{at_state - at_name - 8}xI{at_comment - at_state - 4}xQ"
+                           f"{at_reason - at_comment - 8}xQ{size - at_reason - 8}x")
+    rows = list(record.iter_unpack(table))
+    string_at = ctypes.string_at
+    out = []
+    for i, (name, value, comment, reason) in enumerate(rows):
+        if not name:
+            continue              # as slurm_print_node_info_msg: a record without a name
+        name_bytes = string_at(name)
+        if name_bytes == own or comment and cause in string_at(comment) \
+                or reason and any(m in string_at(reason) for m in marks):
+            out.append(line(i))
+        else:
+            out.append(f"NodeName={name_bytes.decode('utf-8', 'surrogateescape')} State={state(value)}\n")
+    # The layout is right only if the library agrees: the first and the last record's
+    # own line start as ours would (name and state at their offsets, the record size).
+    for i in sorted({0, count - 1}):
+        name, value, _, _ = rows[i]
+        if name and not (line(i).startswith(f"NodeName={text(name)} ") and f" State={state(value)} " in line(i)):
+            return None
+    return "".join(out)
 
 
 def _strerror(lib, err: int) -> str:
