@@ -141,4 +141,4 @@ def test_the_backend_reads_a_node_table_of_thousands_of_nodes_whole(tmp_path):
     (tmp_path / "slurm.conf").write_text("ClusterName=t\n")
     slurm = Slurm(SlurmConfig(conf=str(tmp_path / "slurm.conf"), bin_dir=str(bin_dir), timeout=30))
     nodes = slurm.list_nodes_alone()
-    assert not slurm.library and len(nodes) == 4096 and nodes[-1]["NodeName"] == "x4095"
+    assert not slurm.library and len(nodes) == 4096 and nodes[-1]["NodeName"] == "x4095" and nodes.others == 0

@@ -514,8 +514,9 @@ def test_cancel_of_an_ended_or_unknown_job(sides, slurm_backend, request):
 def node_lists(s: Side) -> list:
     s.slurm.drain("n2", f"{P} fs /scratch hung")
     keep = lambda infos: sorted(tuple(normal(i).values()) for i in infos)  # noqa: E731
-    alone, full = keep(s.slurm.list_nodes_alone()), keep(s.slurm.list_nodes())
-    return [alone, alone == full]
+    table = s.slurm.list_nodes_alone("n2", P)
+    alone, full = keep(table), keep(s.slurm.list_nodes())
+    return [alone, table.others, len(table) + table.others == len(full)]
 
 
 def test_list_nodes_and_list_nodes_alone(sides):
@@ -524,15 +525,15 @@ def test_list_nodes_and_list_nodes_alone(sides):
 
 def nodes_alone(s: Side) -> list:
     """The breaker's read: every node counted; the records of the node it runs on and of
-    the nodes with a word of ours whole; the others may be their name and state alone."""
+    the nodes with a word of ours whole; the others may be counted alone."""
     ours = cause_text("filesystem", "/scratch", "/scratch", "2026-12-06T03:12:00")
     s.slurm.drain("n1", "admin: memory test")                      # an admin's drain
     s.slurm.set_node_comment("n2", "rack 7, an admin's note")      # an admin's Comment
     s.slurm.drain_with_cause("n3", "fs /scratch hung [slurm-hooks]", ours)
     out = []
     for mine in ("n2", ""):
-        out.append((mine, sorted((normal(i) for i in s.slurm.list_nodes_alone(mine, P)),
-                                 key=lambda i: i["NodeName"])))
+        table = s.slurm.list_nodes_alone(mine, P)
+        out.append((mine, sorted((normal(i) for i in table), key=lambda i: i["NodeName"]), table.others))
     s.slurm.set_node_comment("n2", f"{ours} rack 7")                # our cause beside the admin's words
     out.append(("n2 ours", [normal(i) for i in s.slurm.list_nodes_alone("", P) if i["NodeName"] == "n2"]))
     return out
@@ -545,8 +546,11 @@ def test_list_nodes_alone_keeps_our_nodes_and_the_own_one_whole(sides):
     agree(sides, nodes_alone)
     real, _ = sides
     if real.library:
-        [admins] = [i for i in real.slurm.list_nodes_alone("n3", P) if i["NodeName"] == "n1"]
-        assert admins == {"NodeName": "n1", "State": admins["State"]} and "DRAIN" in admins["State"], admins
+        # n1 (an admin's drain) counted alone; n2 (our cause beside an admin's words)
+        # and n3 (our drain) whole.
+        table = real.slurm.list_nodes_alone("n3", P)
+        assert [i["NodeName"] for i in table] == ["n2", "n3"] and table.others == 1, table
+        assert "[slurm-hooks]" in table[1]["Reason"] and table[1]["Comment"].startswith("slurm-hooks:cause"), table
         assert real.slurm.list_nodes_alone("n1", P)[0].get("Reason", "").startswith("admin: memory test")
 
 

@@ -104,7 +104,8 @@ class _Nodes:
         self.records = [parse_oneliner(line) for line in lines]
 
     def list_nodes_alone(self, mine="", prefix=""):
-        return self.records
+        from slurm_hooks.slurm.api import NodeTable
+        return NodeTable(self.records)
 
     def list_nodes(self):
         return self.records

@@ -63,8 +63,9 @@ class ClusterView:
 def cluster_view(slurm, prefix: str, node: str = "") -> ClusterView:
     """The node table as the breaker and the outage read it (one RPC): every node
     counted, and the records of `node` and of every node with a word of ours."""
-    view = ClusterView(total=0)
-    for info in slurm.list_nodes_alone(node, prefix):
+    table = slurm.list_nodes_alone(node, prefix)
+    view = ClusterView(total=table.others)      # counted, not listed: no word of ours
+    for info in table:
         view.total += 1
         view.infos[info["NodeName"]] = info
         raw = info.get("Reason", "")

@@ -15,6 +15,18 @@ import re
 from .. import TYPE_CHECKING
 from ..core.records import dataclass
 
+
+class NodeTable(list):
+    """Node records (dicts, as `SlurmBackend.list_nodes` gives them) and `others`: how
+    many more nodes the table holds, counted and not listed (list_nodes_alone: no word
+    of ours on them, and not the node asking). At thousands of nodes, mostly healthy,
+    the breaker reads a handful of records and one count."""
+
+    def __init__(self, records=(), others: int = 0):
+        super().__init__(records)
+        self.others = others
+
+
 if TYPE_CHECKING:
     from typing import Protocol
 
@@ -42,10 +54,10 @@ if TYPE_CHECKING:
         def node_state(self, node: str) -> dict | None: ...
         def prime_node(self, info: dict) -> None: ...
         def list_nodes(self) -> list[dict]: ...
-        # The same, one RPC: no partitions (the breaker). Of a node other than `mine`
-        # with no word of ours (our mark or `prefix` in its reason, our cause in its
-        # Comment), NodeName and State may be all there is.
-        def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict]: ...
+        # The same, one RPC: no partitions (the breaker). A node other than `mine` with
+        # no word of ours (our mark or `prefix` in its reason, our cause in its Comment)
+        # may be counted alone (NodeTable.others), or listed with NodeName and State.
+        def list_nodes_alone(self, mine: str = "", prefix: str = "") -> NodeTable: ...
         def show_job(self, job: str) -> dict | None: ...
         def list_jobs(self) -> list[dict]: ...
         def drain(self, node: str, reason: str) -> None: ...

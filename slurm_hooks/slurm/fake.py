@@ -40,6 +40,7 @@ from .api import (
     CAUSE_FIELD,
     MIN_CALL,
     STAMP_FORMAT,
+    NodeTable,
     OutOfTime,
     PrimedNodes,
     SlurmError,
@@ -382,19 +383,20 @@ class FakeSlurm(PrimedNodes):
         self._rpc("list_nodes")
         return [self._record(n) for n in self.nodes.values()]
 
-    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> NodeTable:
         """As the real backends (slurm/slurmlib.py `nodes-alone`): a node other than
-        `mine` with no word of ours is its NodeName and State alone."""
+        `mine` with no word of ours is counted, not listed."""
         from ..core.reason import CAUSE_TAG, MARK
         self._rpc("list_nodes_alone")
-        out = []
+        out = NodeTable()
         marks = [MARK] + ([prefix] if prefix.strip() else [])
         for n in self.nodes.values():
             rec = self._record(n)
             if rec["NodeName"] != mine and CAUSE_TAG not in rec.get(CAUSE_FIELD, "") \
                     and not any(m in rec.get("Reason", "") for m in marks):
-                rec = {"NodeName": rec["NodeName"], "State": rec["State"]}
-            out.append(rec)
+                out.others += 1
+            else:
+                out.append(rec)
         return out
 
     def show_job(self, job: str) -> dict | None:

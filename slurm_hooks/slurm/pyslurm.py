@@ -35,6 +35,7 @@ from .api import (
     STAMP_FORMAT,
     BackendError,
     Choice,
+    NodeTable,
     OutOfTime,
     PrimedNodes,
     SlurmCode,
@@ -124,7 +125,7 @@ class PyslurmBackend(PrimedNodes):
     def list_nodes(self) -> list[dict]:
         return self._call("nodes")
 
-    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> NodeTable:
         # pyslurm's Nodes.load() also loads every partition (two RPCs), and the breaker
         # reads the node list on every failing run of every node: the nodes alone come
         # from the libslurm of the Slurm pyslurm was matched to (slurm/slurmlib.py, one RPC),

@@ -35,6 +35,7 @@ from .api import (
     SAID,
     STAMP_INSIDE,
     UNREACHABLE,
+    NodeTable,
     OutOfTime,
     PrimedNodes,
     SlurmCode,
@@ -174,6 +175,10 @@ def _cut_node_reason(line: str) -> tuple[str, str | None, str]:
     # One blank separates the stamp from what follows; the blanks of a continued
     # reason's next line (`       more`) stay with it.
     return head, rest[:last.end()], tail[1:] if tail.startswith(" ") else tail
+
+
+# slurmlib.py `nodes-alone`'s first line: how many nodes it counted and did not list.
+OTHERS = "OtherNodes="
 
 
 def records(out: str, head: str) -> list[str]:
@@ -376,13 +381,18 @@ class Slurm(PrimedNodes):
         """Every node's record (one RPC: the node list), for `status` and the breaker."""
         return [parse_oneliner(r) for r in records(self.node_lines(), "NodeName=")]
 
-    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> list[dict[str, str]]:
+    def list_nodes_alone(self, mine: str = "", prefix: str = "") -> NodeTable:
         """Every node's NodeName, State, Reason and Comment (parse_nodes_lean), from the
-        node list alone (node_lines: one RPC): the breaker's and the outage's read. Of a
+        node list alone (node_lines: one RPC): the breaker's and the outage's read. A
         node other than `mine` with no word of ours (core/reason.py: our mark or
-        `prefix` in its reason, our cause in its Comment), NodeName and State may be all
-        there is."""
-        return parse_nodes_lean(records(self.node_lines(alone=(mine, prefix)), "NodeName="))
+        `prefix` in its reason, our cause in its Comment) is counted alone where Slurm's
+        library read the table (slurmlib.py `nodes-alone`: its first line)."""
+        text = self.node_lines(alone=(mine, prefix))
+        others = 0
+        if text.startswith(OTHERS):
+            first, _, text = text.partition("\n")
+            others = int(first[len(OTHERS):])
+        return NodeTable(parse_nodes_lean(records(text, "NodeName=")), others)
 
     def list_jobs(self) -> list[dict[str, str]]:
         """Every job's record Slurm still holds, for `status`."""

@@ -10,10 +10,10 @@ format, which slurm/scontrol.py already parses.
 
 `nodes-alone MINE PREFIX` prints the table for the breaker and the outage's witnesses,
 which act on nodes of ours alone (a reason with our mark or PREFIX, a Comment with our
-cause) and on the node they run on (MINE): those nodes' lines are the library's own, every
-other node's `NodeName=N State=S` alone (counted, never read further). At thousands of
-nodes, mostly without a word of ours, that is a small part of the bytes to format, pipe
-and parse. It needs `node_info_t`'s layout, which changes with every Slurm release: known
+cause) and on the node they run on (MINE): a first line `OtherNodes=N` counts every other
+node (never read further), then those nodes' lines, the library's own. At thousands of
+nodes, mostly without a word of ours, that is a few lines to format, pipe and parse, not
+thousands. It needs `node_info_t`'s layout, which changes with every Slurm release: known
 for the releases tested (LAYOUTS, from slurm.h) and checked against the library's own line
 of the first and the last node, else the whole table, as `nodes` prints it.
 
@@ -130,10 +130,10 @@ def main(argv: list[str]) -> int:
 
 
 def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
-    """The node table for the breaker: the library's own line for `mine` and each node
-    with a word of ours, `NodeName=N State=S` for the others; None where this release's
-    layout is not known or does not match what the library prints (then the whole
-    table). Our words are looked for as plain bytes, a superset of what the caller
+    """The node table for the breaker: `OtherNodes=N`, the count of nodes without a
+    word of ours (not `mine`), then the library's own line of `mine` and of each node
+    with a word of ours; None where this release's layout is not known or does not
+    match what the library prints (then the whole table). Our words are looked for as plain bytes, a superset of what the caller
     parses as ours (core/reason.py: MARK, the prefix, CAUSE_TAG)."""
     import struct
     if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_long) != 8 \
@@ -144,12 +144,12 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
     if layout is None:
         return None
     size, at_name, at_state, at_comment, at_reason = layout
-    if not at_name + 8 <= at_state and at_state + 4 <= at_comment and at_comment + 8 <= at_reason <= size - 8:
+    if not (at_name + 8 <= at_state and at_state + 4 <= at_comment and at_comment + 8 <= at_reason <= size - 8):
         return None
     # node_info_msg_t: time_t last_update; uint32_t record_count; node_info_t *node_array.
     count, array = struct.unpack_from("=I4xQ", ctypes.string_at(msg + 8, 16))
     if not count:
-        return ""
+        return "OtherNodes=0\n"
     if not array:
         return None
     lib.slurm_sprint_node_table.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -157,8 +157,8 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
     lib.slurm_node_state_string_complete.argtypes = [ctypes.c_uint32]
     lib.slurm_node_state_string_complete.restype = ctypes.c_void_p
     table = ctypes.string_at(array, count * size)
-    marks = [b"[slurm-hooks]"] + ([prefix.encode()] if prefix.strip() else [])
-    cause = b"slurm-hooks:cause"
+    mark, cause = b"[slurm-hooks]", b"slurm-hooks:cause"
+    site = prefix.encode() if prefix.strip() else mark
     own = mine.encode()
     states: dict[int, str] = {}
 
@@ -179,24 +179,34 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
     record = struct.Struct(f"={at_name}xQ{at_state - at_name - 8}xI{at_comment - at_state - 4}xQ"
                            f"{at_reason - at_comment - 8}xQ{size - at_reason - 8}x")
     rows = list(record.iter_unpack(table))
+    # Each string read is a foreign call (about a microsecond): each at most once, the
+    # names only until `mine` is found.
     string_at = ctypes.string_at
     out = []
-    for i, (name, value, comment, reason) in enumerate(rows):
+    others = 0
+    looking = bool(own)
+    for i, (name, _, comment, reason) in enumerate(rows):
         if not name:
             continue              # as slurm_print_node_info_msg: a record without a name
-        name_bytes = string_at(name)
-        if name_bytes == own or comment and cause in string_at(comment) \
-                or reason and any(m in string_at(reason) for m in marks):
+        said = string_at(reason) if reason else b""
+        if looking and string_at(name) == own:
+            looking = False
+            out.append(line(i))
+        elif mark in said or site in said or comment and cause in string_at(comment):
             out.append(line(i))
         else:
-            out.append(f"NodeName={name_bytes.decode('utf-8', 'surrogateescape')} State={state(value)}\n")
+            others += 1
     # The layout is right only if the library agrees: the first and the last record's
-    # own line start as ours would (name and state at their offsets, the record size).
+    # own line say what ours read (name, state, Comment and Reason at their offsets,
+    # the record size).
     for i in sorted({0, count - 1}):
-        name, value, _, _ = rows[i]
-        if name and not (line(i).startswith(f"NodeName={text(name)} ") and f" State={state(value)} " in line(i)):
+        name, value, comment, reason = rows[i]
+        printed = line(i)
+        if name and not (printed.startswith(f"NodeName={text(name)} ") and f" State={state(value)} " in printed
+                         and (not comment or f" Comment={text(comment)}" in printed)
+                         and (not reason or f" Reason={text(reason)}" in printed)):
             return None
-    return "".join(out)
+    return f"OtherNodes={others}\n" + "".join(out)
 
 
 def _strerror(lib, err: int) -> str:
