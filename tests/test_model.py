@@ -31,6 +31,9 @@ def test_an_action_describes_itself():
     assert Action("resume", node="n1").describe() == "resume node n1"
     assert Action("reboot", node="n2", reason="x").describe() == "reboot node n2: x"
     assert Action("down", node="n3").describe() == "down node n3"
+    assert Action("cancel_reboot", node="n3", reason="storage back").describe() == \
+        "cancel_reboot node n3: storage back"
+    assert Action("release", node="n3", job="7").describe() == "release node n3 (DOWN) for job 7"
     r = Recovery(mountpoint="/scratch", method="fuse-abort")
     assert Action("recover", node="n1", recovery=r).describe() == "recover /scratch on node n1 (fuse-abort)"
     assert Action("recover", node="n1").describe() == "recover job None"

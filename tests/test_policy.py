@@ -388,9 +388,11 @@ def test_the_cluster_view_reads_a_claim_only_of_a_node_in_service():
     slurm.nodes["n3"].comment = claim.replace("1765000000.25", "\"soon\"")
     slurm.nodes["n4"].comment = "ticket 4711 \"claim\": 5"
     assert cluster_view(slurm, "slurm-hooks:").claims == {"n1": 1765000000.25}
-    # A stamp that is no time at all (not finite) is no claim.
+    # A stamp that is no time at all (not finite, a truth value, a list) is no claim.
     slurm.nodes["n3"].comment = claim.replace("1765000000.25", "\"inf\"")
     assert cluster_view(slurm, "slurm-hooks:").claims == {"n1": 1765000000.25}
+    from slurm_hooks.decide.breaker import claim_of
+    assert [claim_of({"claim": v}) for v in (True, [1], None, "7.5")] == [None, None, None, 7.5]
 
 
 def test_spool_merge_keeps_order_and_does_each_action_once():
@@ -468,6 +470,9 @@ def test_the_cluster_view_reads_our_drains_with_the_sites_prefix():
     assert view.total == 3 and view.ours == {"n1": "fs /scratch hung"}, view.ours
     assert view.causes == {"n1": "filesystem /scratch"} and view.stamps["n1"], view
     assert cluster_view(slurm, "slurm-hooks:").ours == {}
+    # The node asking, drained by an admin with no Comment: read whole, counted, not ours.
+    view = cluster_view(slurm, "site-hooks:", "n2")
+    assert view.total == 3 and "Reason" in view.infos["n2"] and "n2" not in view.ours and not view.claims, view
 
 
 def test_the_keepers_are_the_earliest_drains_and_none_within_the_limit():
