@@ -693,6 +693,9 @@ def test_a_probe_that_hung_twice_on_a_drained_node_has_its_mount_recovered():
     still = gpfs_probe("still_hung")
     assert [a.kind for a in recoveries([drain], [still], {}, recoverable(), {"filesystem:/gpfs/probe": 3}, True)] \
         == ["drain", "recover"]
+    # A mount the site keeps from any recovery (method none) is left as it is.
+    kept = {"/gpfs": Recovery(mountpoint="/gpfs", dev="0:77", method="none", probe="/gpfs/probe")}
+    assert recoveries([drain], found, {}, kept, {"filesystem:/gpfs/probe": 2}, True) == [drain]
     # One hung run is not yet a pattern; another status is not a hang.
     assert recoveries([drain], found, {}, recoverable(), {"filesystem:/gpfs/probe": 1}, True) == [drain]
     assert recoveries([drain], [gpfs_probe("error")], {}, recoverable(), {"filesystem:/gpfs/probe": 2}, True) \
