@@ -96,7 +96,8 @@ def table_figures(table: tuple, declared: int, walls: list[float]) -> dict:
     lines = records(text, "NodeName=")
     # What the run reads: the lines of its own node and of the nodes with a word of
     # ours, the others counted (slurmlib.py `nodes-alone`: `OtherNodes=N` first).
-    alone_text = slurm.node_lines(alone=("n1", "slurm-hooks:"))
+    from slurm_hooks.core.reason import CAUSE_TAG, MARK
+    alone_text = slurm.node_lines(alone=("n1", MARK, "slurm-hooks:", CAUSE_TAG))
     alone = records(alone_text, "NodeName=")
     parse = {}
     for name, fn in (("whole", lambda: [parse_oneliner(x) for x in lines]),

@@ -52,6 +52,7 @@ import time
 from .. import TYPE_CHECKING
 from ..core.config import setting, switch
 from ..core.model import OK, STUCK_TASK, WARN, Finding
+from ..core.reason import printable
 from ..core.records import dataclass
 from ..host import procfs
 from ..host.runner import DONE, HUNG, STILL_HUNG, Task
@@ -349,14 +350,12 @@ class StuckTasksCheck:
                 # its mount: no fault of anyone's; a job's is named (decide/mount_incident.py:
                 # unplaced), so that no mount is aborted under it.
                 if ref is not None:
-                    from ..core.reason import printable
                     out.append(Finding(check=NAME, target=f"pid {b.pid}", status="watching", severity=OK,
                                        summary=f"job {ref.job} pid {b.pid} tid {b.tid} ({printable(b.comm)}) asleep in a "
                                                "filesystem wait while a probe hangs, not placed on a mount",
                                        evidence={"pid": b.pid, "tid": b.tid, "seconds": round(held, 1)}, job=ref.job))
                 continue
             who = f"job {ref.job} " if ref else ""
-            from ..core.reason import printable
             out.append(Finding(check=NAME, target=f"pid {b.pid}", status="watching", severity=OK,
                                summary=f"{who}pid {b.pid} tid {b.tid} ({printable(b.comm)}) in D for {held:.0f}s "
                                        f"without progress (stuck after {cfg.grace:g}s)",
@@ -449,7 +448,6 @@ class StuckTasksCheck:
 
     def _stall_findings(self, ctx: Context) -> list[Finding]:
         """One warning per process that stalls the scan; the state remembers them."""
-        from ..core.reason import printable
         saved = ctx.state.load(STALLS)
         now = {str(pid): e for pid, e in self._stalls.items()}
         if now != saved:

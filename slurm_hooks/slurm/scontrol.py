@@ -387,7 +387,8 @@ class Slurm(PrimedNodes):
         node other than `mine` with no word of ours (core/reason.py: our mark or
         `prefix` in its reason, our cause in its Comment) is counted alone where Slurm's
         library read the table (slurmlib.py `nodes-alone`: its first line)."""
-        text = self.node_lines(alone=(mine, prefix))
+        from ..core.reason import CAUSE_TAG, MARK
+        text = self.node_lines(alone=(mine, MARK, prefix, CAUSE_TAG))
         others = 0
         if text.startswith(OTHERS):
             first, _, text = text.partition("\n")
@@ -416,11 +417,11 @@ class Slurm(PrimedNodes):
         line = next((r for r in found if r.startswith(f"NodeName={name} ")), found[0] if found else None)
         return parse_oneliner(line) if line else None
 
-    def node_lines(self, alone: tuple[str, str] | None = None) -> str:
+    def node_lines(self, alone: tuple[str, str, str, str] | None = None) -> str:
         """`scontrol -o show node` lines of every node. In one RPC to slurmctld through
         Slurm's client library (slurm/slurmlib.py: the nodes alone, no `Partitions=`), else
         through scontrol, which also loads the partitions (two RPCs). `alone`: (mine,
-        prefix) for list_nodes_alone (slurmlib.py's `nodes-alone`)."""
+        mark, prefix, cause) for list_nodes_alone (slurmlib.py's `nodes-alone`)."""
         scontrol = self._beside("scontrol")
         if self.library:
             from . import slurmlib

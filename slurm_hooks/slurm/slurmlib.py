@@ -8,9 +8,9 @@ every node, so it asks for the nodes alone: `slurm_load_node()` (REQUEST_NODE_IN
 printed by the library's own `slurm_print_node_info_msg()` in `scontrol -o`'s one-line
 format, which slurm/scontrol.py already parses.
 
-`nodes-alone MINE PREFIX` prints the table for the breaker and the outage's witnesses,
-which act on nodes of ours alone (a reason with our mark or PREFIX, a Comment with our
-cause) and on the node they run on (MINE): a first line `OtherNodes=N` counts every other
+`nodes-alone MINE MARK PREFIX CAUSE` prints the table for the breaker and the outage's
+witnesses, which act on nodes of ours alone (a reason with MARK or PREFIX, a Comment with
+CAUSE: core/reason.py's words, from the caller) and on the node they run on (MINE): a first line `OtherNodes=N` counts every other
 node (never read further), then those nodes' lines, the library's own. At thousands of
 nodes, mostly without a word of ours, that is a few lines to format, pipe and parse, not
 thousands. It needs `node_info_t`'s layout, which changes with every Slurm release: known
@@ -85,8 +85,8 @@ def _load(scontrol: str):
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] not in ("nodes", "nodes-alone") or argv[1] == "nodes" and len(argv) > 3 \
-            or argv[1] == "nodes-alone" and len(argv) != 4:
-        sys.stderr.write("usage: slurm/slurmlib.py SCONTROL nodes [NODE] | nodes-alone MINE PREFIX\n")
+            or argv[1] == "nodes-alone" and len(argv) != 6:
+        sys.stderr.write("usage: slurm/slurmlib.py SCONTROL nodes [NODE] | nodes-alone MINE MARK PREFIX CAUSE\n")
         return 2
     lib = _load(argv[0])
     if lib is None:
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
         text = err and hasattr(lib, "slurm_strerror") and _strerror(lib, err)
         sys.stderr.write(f"slurm_load_node error: {text or f'error {err}'}\n")
         return 1
-    lean = _lean_lines(lib, msg.value, argv[2], argv[3]) if argv[1] == "nodes-alone" else None
+    lean = _lean_lines(lib, msg.value, *argv[2:6]) if argv[1] == "nodes-alone" else None
     if lean is not None:
         sys.stdout.write(lean)
         sys.stdout.flush()
@@ -129,12 +129,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
+def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) -> str | None:
     """The node table for the breaker: `OtherNodes=N`, the count of nodes without a
     word of ours (not `mine`), then the library's own line of `mine` and of each node
     with a word of ours; None where this release's layout is not known or does not
-    match what the library prints (then the whole table). Our words are looked for as plain bytes, a superset of what the caller
-    parses as ours (core/reason.py: MARK, the prefix, CAUSE_TAG)."""
+    match what the library prints (then the whole table). Our words (`mark` or `prefix`
+    in a Reason, `cause` in a Comment) are looked for as plain bytes anywhere, a
+    superset of what the caller parses as ours."""
     import struct
     if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_long) != 8 \
             or not all(hasattr(lib, f) for f in ("slurm_api_version", "slurm_sprint_node_table",
@@ -157,10 +158,6 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
     lib.slurm_node_state_string_complete.argtypes = [ctypes.c_uint32]
     lib.slurm_node_state_string_complete.restype = ctypes.c_void_p
     table = ctypes.string_at(array, count * size)
-    mark, cause = b"[slurm-hooks]", b"slurm-hooks:cause"
-    site = prefix.encode() if prefix.strip() else mark
-    own = mine.encode()
-    states: dict[int, str] = {}
 
     def text(address: int) -> str:
         # The library's strings are xmalloc'd; this process ends in a moment: not freed.
@@ -169,16 +166,23 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
     def line(i: int) -> str:
         return text(lib.slurm_sprint_node_table(array + i * size, 1))
 
-    def state(value: int) -> str:
-        if value not in states:
-            states[value] = text(lib.slurm_node_state_string_complete(value))
-        return states[value]
-
     # One record's four fields, in the order they lie (name < node_state < comment <
     # reason in both layouts), read for every record at once.
     record = struct.Struct(f"={at_name}xQ{at_state - at_name - 8}xI{at_comment - at_state - 4}xQ"
                            f"{at_reason - at_comment - 8}xQ{size - at_reason - 8}x")
     rows = list(record.iter_unpack(table))
+    # The layout is right only if the library agrees, checked before any pointer of
+    # every record is followed: the first and the last record's own line say what ours
+    # read (name, state, Comment and Reason at their offsets, the record size).
+    for i in sorted({0, count - 1}):
+        name, value, comment, reason = rows[i]
+        printed = line(i)
+        if name and not (printed.startswith(f"NodeName={text(name)} ")
+                         and f" State={text(lib.slurm_node_state_string_complete(value))} " in printed
+                         and (not comment or f" Comment={text(comment)}" in printed)
+                         and (not reason or f" Reason={text(reason)}" in printed)):
+            return None
+    own, words, tag = mine.encode(), [w.encode() for w in (mark, prefix) if w.strip()], cause.encode()
     # Each string read is a foreign call (about a microsecond): each at most once, the
     # names only until `mine` is found.
     string_at = ctypes.string_at
@@ -192,20 +196,10 @@ def _lean_lines(lib, msg: int, mine: str, prefix: str) -> str | None:
         if looking and string_at(name) == own:
             looking = False
             out.append(line(i))
-        elif mark in said or site in said or comment and cause in string_at(comment):
+        elif any(w in said for w in words) or comment and tag in string_at(comment):
             out.append(line(i))
         else:
             others += 1
-    # The layout is right only if the library agrees: the first and the last record's
-    # own line say what ours read (name, state, Comment and Reason at their offsets,
-    # the record size).
-    for i in sorted({0, count - 1}):
-        name, value, comment, reason = rows[i]
-        printed = line(i)
-        if name and not (printed.startswith(f"NodeName={text(name)} ") and f" State={state(value)} " in printed
-                         and (not comment or f" Comment={text(comment)}" in printed)
-                         and (not reason or f" Reason={text(reason)}" in printed)):
-            return None
     return f"OtherNodes={others}\n" + "".join(out)
 
 
