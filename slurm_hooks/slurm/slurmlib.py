@@ -182,7 +182,8 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
                          and (not comment or f" Comment={text(comment)}" in printed)
                          and (not reason or f" Reason={text(reason)}" in printed)):
             return None
-    own, words, tag = mine.encode(), [w.encode() for w in (mark, prefix) if w.strip()], cause.encode()
+    own, ours, tag = mine.encode(), mark.encode(), cause.encode()
+    site = prefix.encode() if prefix.strip() else ours
     # Each string read is a foreign call (about a microsecond): each at most once, the
     # names only until `mine` is found.
     string_at = ctypes.string_at
@@ -196,7 +197,7 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
         if looking and string_at(name) == own:
             looking = False
             out.append(line(i))
-        elif any(w in said for w in words) or comment and tag in string_at(comment):
+        elif ours in said or site in said or comment and tag in string_at(comment):
             out.append(line(i))
         else:
             others += 1
