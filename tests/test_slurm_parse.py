@@ -206,3 +206,23 @@ def test_the_breakers_lean_parse_reads_what_the_whole_parse_reads():
         for key in ("NodeName", "State", "Reason", "Comment", "Extra", "ReservationName"):
             assert got.get(key) == whole.get(key), (key, line)
     assert lean[1]["Comment"] == comment and lean[3]["Comment"] == "ops CPUTot=9 later words"
+
+
+def test_the_library_childs_search_for_our_words_finds_each_text_that_holds_one():
+    """slurmlib.py searches every node's Reason (and Comment) for our words at once, the
+    texts joined by NUL: it finds exactly the texts a search of each would, at the first
+    and the last, next to each other, several times in one, and never across two."""
+    import random
+
+    from slurm_hooks.slurm.slurmlib import _holding
+    words = (b"[slurm-hooks]", b"site:")
+    texts = [b"[slurm-hooks]", None, b"", b"fs hung [slurm-hooks]", b"site: a site: b", b"sit", b"e: no",
+             b"Not responding", None, b"site:"]
+    assert _holding(texts, words) == {0, 3, 4, 9}
+    assert _holding([None, None], words) == set() and _holding([], words) == set()
+    pieces = [b"[slurm-hooks]", b"site:", b"Not responding", b" ", b"slurm", b"-hooks]", b"si", b"te:", b"\xff"]
+    rng = random.Random(47)
+    for _ in range(300):
+        texts = [None if rng.random() < 0.2 else b"".join(rng.choice(pieces) for _ in range(rng.randrange(4)))
+                 for _ in range(rng.randrange(12))]
+        assert _holding(texts, words) == {i for i, t in enumerate(texts) if t and any(w in t for w in words)}, texts

@@ -10,8 +10,9 @@ format, which slurm/scontrol.py already parses.
 
 `nodes-alone MINE MARK PREFIX CAUSE` prints the table for the breaker and the outage's
 witnesses, which act on nodes of ours alone (a reason with MARK or PREFIX, a Comment with
-CAUSE: core/reason.py's words, from the caller) and on the node they run on (MINE): a first line `OtherNodes=N` counts every other
-node (never read further), then those nodes' lines, the library's own. At thousands of
+CAUSE: core/reason.py's words, from the caller) and on the node they run on (MINE): a
+first line `OtherNodes=N` counts every other node (never read further), then those
+nodes' lines, the library's own. At thousands of
 nodes, mostly without a word of ours, that is a few lines to format, pipe and parse, not
 thousands. It needs `node_info_t`'s layout, which changes with every Slurm release: known
 for the releases tested (LAYOUTS, from slurm.h) and checked against the library's own line
@@ -85,7 +86,7 @@ def _load(scontrol: str):
 
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] not in ("nodes", "nodes-alone") or argv[1] == "nodes" and len(argv) > 3 \
-            or argv[1] == "nodes-alone" and len(argv) != 6:
+            or argv[1] == "nodes-alone" and (len(argv) != 6 or not argv[3] or not argv[5]):
         sys.stderr.write("usage: slurm/slurmlib.py SCONTROL nodes [NODE] | nodes-alone MINE MARK PREFIX CAUSE\n")
         return 2
     lib = _load(argv[0])
@@ -121,10 +122,10 @@ def main(argv: list[str]) -> int:
     if lean is not None:
         sys.stdout.write(lean)
         sys.stdout.flush()
-    else:
-        out = libc.fdopen(os.dup(1), b"w")
-        lib.slurm_print_node_info_msg(out, msg, 1)
-        libc.fflush(out)
+        return 0        # the table is not freed: thousands of frees, and this process ends now
+    out = libc.fdopen(os.dup(1), b"w")
+    lib.slurm_print_node_info_msg(out, msg, 1)
+    libc.fflush(out)
     lib.slurm_free_node_info_msg(msg)
     return 0
 
@@ -137,7 +138,7 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
     in a Reason, `cause` in a Comment) are looked for as plain bytes anywhere, a
     superset of what the caller parses as ours."""
     import struct
-    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_long) != 8 \
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or ctypes.sizeof(ctypes.c_long) != 8 or sys.byteorder != "little" \
             or not all(hasattr(lib, f) for f in ("slurm_api_version", "slurm_sprint_node_table",
                                                  "slurm_node_state_string_complete")):
         return None
@@ -145,7 +146,10 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
     if layout is None:
         return None
     size, at_name, at_state, at_comment, at_reason = layout
-    if not (at_name + 8 <= at_state and at_state + 4 <= at_comment and at_comment + 8 <= at_reason <= size - 8):
+    # As C lays out a struct with pointers on LP64: pointers on 8 bytes, the size a
+    # multiple of 8, a uint32_t on 4; the fields in this order.
+    if size % 8 or at_name % 8 or at_comment % 8 or at_reason % 8 or at_state % 4 \
+            or not (at_name + 8 <= at_state and at_state + 4 <= at_comment and at_comment + 8 <= at_reason <= size - 8):
         return None
     # node_info_msg_t: time_t last_update; uint32_t record_count; node_info_t *node_array.
     count, array = struct.unpack_from("=I4xQ", ctypes.string_at(msg + 8, 16))
@@ -157,7 +161,12 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
     lib.slurm_sprint_node_table.restype = ctypes.c_void_p
     lib.slurm_node_state_string_complete.argtypes = [ctypes.c_uint32]
     lib.slurm_node_state_string_complete.restype = ctypes.c_void_p
-    table = ctypes.string_at(array, count * size)
+    # The records as 64-bit words, and as the same words taken for C strings: a field of
+    # every record is then one strided slice, read (and each string copied) by ctypes
+    # in C, not a foreign call per record.
+    step = size // 8
+    words = (ctypes.c_uint64 * (count * step)).from_address(array)
+    strings = (ctypes.c_char_p * (count * step)).from_address(array)
 
     def text(address: int) -> str:
         # The library's strings are xmalloc'd; this process ends in a moment: not freed.
@@ -166,42 +175,51 @@ def _lean_lines(lib, msg: int, mine: str, mark: str, prefix: str, cause: str) ->
     def line(i: int) -> str:
         return text(lib.slurm_sprint_node_table(array + i * size, 1))
 
-    # One record's four fields, in the order they lie (name < node_state < comment <
-    # reason in both layouts), read for every record at once.
-    record = struct.Struct(f"={at_name}xQ{at_state - at_name - 8}xI{at_comment - at_state - 4}xQ"
-                           f"{at_reason - at_comment - 8}xQ{size - at_reason - 8}x")
-    rows = list(record.iter_unpack(table))
     # The layout is right only if the library agrees, checked before any pointer of
     # every record is followed: the first and the last record's own line say what ours
     # read (name, state, Comment and Reason at their offsets, the record size).
     for i in sorted({0, count - 1}):
-        name, value, comment, reason = rows[i]
+        base = i * step
+        name, comment, reason = (words[base + at // 8] for at in (at_name, at_comment, at_reason))
+        state = ctypes.c_uint32.from_address(array + i * size + at_state).value
         printed = line(i)
         if name and not (printed.startswith(f"NodeName={text(name)} ")
-                         and f" State={text(lib.slurm_node_state_string_complete(value))} " in printed
+                         and f" State={text(lib.slurm_node_state_string_complete(state))} " in printed
                          and (not comment or f" Comment={text(comment)}" in printed)
                          and (not reason or f" Reason={text(reason)}" in printed)):
             return None
     own, ours, tag = mine.encode(), mark.encode(), cause.encode()
     site = prefix.encode() if prefix.strip() else ours
-    # Each string read is a foreign call (about a microsecond): each at most once, the
-    # names only until `mine` is found.
-    string_at = ctypes.string_at
-    out = []
-    others = 0
-    looking = bool(own)
-    for i, (name, _, comment, reason) in enumerate(rows):
-        if not name:
-            continue              # as slurm_print_node_info_msg: a record without a name
-        said = string_at(reason) if reason else b""
-        if looking and string_at(name) == own:
-            looking = False
-            out.append(line(i))
-        elif ours in said or site in said or comment and tag in string_at(comment):
-            out.append(line(i))
-        else:
-            others += 1
-    return f"OtherNodes={others}\n" + "".join(out)
+    names = strings[at_name // 8::step]           # bytes, or None for a NULL pointer
+    reasons = strings[at_reason // 8::step]
+    comments = strings[at_comment // 8::step]
+    listed = _holding(reasons, (ours, site)) | _holding(comments, (tag,))
+    if own and own in names:
+        listed.add(names.index(own))
+    # As slurm_print_node_info_msg: a record without a name is not a node.
+    listed = {i for i in listed if names[i]}
+    others = count - names.count(None) - len(listed)
+    return f"OtherNodes={others}\n" + "".join(line(i) for i in sorted(listed))
+
+
+def _holding(texts: list, words: tuple) -> set:
+    """The indices of the texts (bytes, or None) holding any of `words`. Searched as
+    one string, the texts joined by NUL (no C string holds one): a search per word in C,
+    not one per text, and the indices worked out only for what was found."""
+    joined = b"\0".join([t or b"" for t in texts])
+    starts: list = []
+    found = set()
+    for word in words:
+        at = joined.find(word)
+        while at >= 0:
+            if not starts:
+                import itertools
+                starts = list(itertools.accumulate((len(t or b"") + 1 for t in texts), initial=0))
+            import bisect
+            i = bisect.bisect_right(starts, at) - 1
+            found.add(i)
+            at = joined.find(word, starts[i + 1])      # the next text: one index each
+    return found
 
 
 def _strerror(lib, err: int) -> str:
