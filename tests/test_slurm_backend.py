@@ -143,3 +143,88 @@ def test_a_test_not_marked_per_backend_runs_once_with_the_default(cluster, reque
     callspec = getattr(request.node, "callspec", None)
     assert callspec is None or "slurm_backend" not in callspec.params
     assert "backend" not in cluster.hooks_slurm(timeout=10)
+
+
+def test_pyslurm_installed_reads_the_distribution_as_importlib_metadata_does(tmp_path, monkeypatch):
+    """The version auto compares with the running Slurm's, read from the distribution's
+    metadata on sys.path without importing importlib.metadata (about 40 ms a run): the
+    same answer, for a wheel's dist-info and an egg's PKG-INFO alike; None without one."""
+    import sys
+    from importlib import metadata
+
+    from slurm_hooks.slurm.connect import pyslurm_installed
+    try:
+        installed = metadata.version("pyslurm")
+    except metadata.PackageNotFoundError:
+        installed = None
+    assert (pyslurm_installed() or [None])[0] == installed == PYSLURM
+    wheel = tmp_path / "wheel" / "pyslurm-1.2.3.dist-info"
+    wheel.mkdir(parents=True)
+    (wheel / "METADATA").write_text("Metadata-Version: 2.1\nName: pyslurm\nVersion: 1.2.3\n\nVersion: 9.9.9\n")
+    egg = tmp_path / "egg"
+    egg.mkdir()
+    (egg / "pyslurm-4.5.6-py3.11.egg-info").write_text("Metadata-Version: 1.0\nName: pyslurm\nVersion: 4.5.6\n")
+    for where, version in ((wheel.parent, "1.2.3"), (egg, "4.5.6")):
+        monkeypatch.setattr(sys, "path", [str(where)])
+        assert pyslurm_installed()[0] == metadata.version("pyslurm") == version
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "none")])
+    assert pyslurm_installed() is None
+
+
+@needs_pyslurm
+def test_auto_tries_pyslurm_once_per_installation_not_once_per_run(cluster, tmp_path, monkeypatch):
+    """Importing pyslurm in a child to choose the backend costs a failing run 100 to 400
+    ms: a success is kept (PROBE_CACHE) for the same pyslurm, running Slurm and
+    slurm.conf, at most PROBE_MAX_AGE; tried again when any of them differs, when the
+    kept one is too old, and after a pyslurm call could not import pyslurm. A failed
+    try is not kept. On a Slurm pyslurm was not built for, nothing is tried or kept."""
+    import time
+
+    from slurm_hooks.core.config import SlurmConfig
+    from slurm_hooks.slurm import connect
+    from slurm_hooks.slurm import pyslurm as backend
+    from slurm_hooks.slurm.api import Choice, SlurmError
+    from slurm_hooks.slurm.scontrol import Slurm
+    monkeypatch.setattr(connect, "probe_cache_dir", str(tmp_path / "cache"))
+    kept = tmp_path / "cache" / connect.PROBE_CACHE
+    tried: list[str | None] = []
+    real_probe = backend.probe
+
+    def probe(cfg, timeout):
+        tried.append(real_probe(cfg, timeout))
+        return tried[-1]
+    monkeypatch.setattr(backend, "probe", probe)
+
+    def choose(**slurm):
+        cfg = SlurmConfig(**cluster.hooks_slurm(timeout=15, backend="auto", **slurm))
+        return connect.choose(cfg, Slurm(cfg))
+
+    first, second = choose(), choose()
+    assert first == second
+    if major_minor(cluster.version) != major_minor(PYSLURM):
+        assert first.backend == "scontrol" and tried == [] and not kept.exists()
+        return
+    assert first.backend == "pyslurm" and tried == [None] and kept.exists()     # tried once, kept
+    # Another slurm.conf (the same file by another name): tried again, kept for it.
+    other = tmp_path / "slurm.conf"
+    other.symlink_to(cluster.hooks_slurm(timeout=15)["conf"])
+    assert choose(conf=str(other)).backend == "pyslurm" and tried == [None, None]
+    assert choose(conf=str(other)).backend == "pyslurm" and tried == [None, None]
+    # Too old: tried again.
+    doc = json.loads(kept.read_text())
+    kept.write_text(json.dumps(dict(doc, at=time.time() - connect.PROBE_MAX_AGE - 1)))
+    assert choose(conf=str(other)).backend == "pyslurm" and len(tried) == 3
+    # A pyslurm call that cannot import pyslurm (here one that raises on import, first on
+    # the child's path) forgets the kept try; the call fails as its own error.
+    broken = tmp_path / "broken" / "pyslurm"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('built for another libslurm')\n")
+    import sys
+    monkeypatch.setattr(sys, "path", [str(broken.parent), *sys.path])
+    cfg = SlurmConfig(**cluster.hooks_slurm(timeout=15, backend="auto"))
+    with pytest.raises(SlurmError, match="import pyslurm failed"):
+        backend.PyslurmBackend(cfg, Slurm(cfg), Choice("pyslurm", "kept")).show_job("1")
+    assert not kept.exists()
+    # The failed try that follows is not kept: every run tries until pyslurm imports.
+    assert choose().backend == "scontrol" and tried[-1] is not None and not kept.exists()
+    assert choose().backend == "scontrol" and len(tried) == 5 and not kept.exists()

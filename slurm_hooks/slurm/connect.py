@@ -15,49 +15,98 @@ spent, so the caller spools the action):
 `auto` takes pyslurm only when its distribution says it was built for the running
 Slurm's major.minor (`scontrol --version`) and it then imports and initialises in a
 child; otherwise scontrol, and says why (the run's notes, hence the journal, and
-`slurm-hooks config show`).
+`slurm-hooks config show`). That child (importing pyslurm, 100 to 400 ms) is the
+largest cost of a failing run that asks Slurm for one read: a success is kept in the
+cache directory (PROBE_CACHE, tmpfs: gone at boot) for the same pyslurm installation
+(its metadata file and that file's time), the same running Slurm and the same
+slurm.conf, at most PROBE_MAX_AGE seconds, and forgotten as soon as a pyslurm call
+fails to import or initialise. A failed probe is not kept: it is tried again.
 """
 from __future__ import annotations
 
+import os
+import sys
+import time
+
 from .. import TYPE_CHECKING
+from ..core.config import CACHE_DIR
 from .api import Choice, SlurmError, major_minor
 
 if TYPE_CHECKING:
     from .api import SlurmBackend
 
+PROBE_CACHE = "pyslurm-probe.json"
+PROBE_MAX_AGE = 3600
+# Where PROBE_CACHE is kept (None: nowhere); read at each call, so a test may point it
+# at its own directory.
+probe_cache_dir: str | None = CACHE_DIR
+
+
+def pyslurm_installed() -> tuple[str, str, int] | None:
+    """The installed pyslurm: (its version X.Y.Z, built for Slurm X.Y; its metadata
+    file; that file's modification time in ns), found on sys.path as importlib.metadata
+    finds a distribution (`pyslurm-*.dist-info/METADATA`, or an egg's PKG-INFO), without
+    importing importlib.metadata (about 40 ms a run) or pyslurm."""
+    for entry in sys.path:
+        try:
+            names = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for name in names:
+            low = name.lower()
+            if not low.startswith("pyslurm-"):
+                continue
+            if low.endswith(".dist-info"):
+                meta = os.path.join(entry, name, "METADATA")
+            elif low.endswith(".egg-info"):
+                meta = os.path.join(entry, name, "PKG-INFO") if os.path.isdir(os.path.join(entry, name)) \
+                    else os.path.join(entry, name)
+            else:
+                continue
+            try:
+                with open(meta, "rb") as f:
+                    stamp = os.fstat(f.fileno()).st_mtime_ns
+                    head = f.read(8192).decode("utf-8", "replace")
+            except OSError:
+                continue
+            # The headers end at the first blank line; Version is one of them.
+            for line in head.split("\n\n", 1)[0].splitlines():
+                if line.startswith("Version:") and line[8:].strip():
+                    return line[8:].strip(), meta, stamp
+    return None
+
 
 def pyslurm_distribution() -> str | None:
     """The installed pyslurm's version (X.Y.Z: built for Slurm X.Y), read from its
     distribution metadata: pyslurm itself is never imported in this process."""
-    from importlib import metadata
-    try:
-        return metadata.version("pyslurm")
-    except metadata.PackageNotFoundError:
-        return None
+    found = pyslurm_installed()
+    return found[0] if found else None
 
 
 def choose(cfg, scontrol) -> Choice:
     """Which backend a run uses, and why. `scontrol`: a `scontrol.Slurm` for the version
     question. Costs nothing unless the setting is auto or pyslurm: then one
-    `scontrol --version` (no RPC) and, on a version match, one child importing pyslurm."""
+    `scontrol --version` (no RPC) and, on a version match, one child importing pyslurm
+    unless a run before this one did so with success (PROBE_CACHE)."""
     setting = cfg.backend
     if setting == "scontrol":
         return Choice("scontrol", "slurm.backend: scontrol")
-    why = _pyslurm_unusable(cfg, scontrol, forced=setting == "pyslurm")
-    if why is None:
+    found = pyslurm_installed()
+    why = _pyslurm_unusable(cfg, scontrol, found, forced=setting == "pyslurm")
+    if why is None and found is not None:
         running = scontrol.running_version
-        return Choice("pyslurm", f"{setting}: pyslurm {pyslurm_distribution()} built for the running "
+        return Choice("pyslurm", f"{setting}: pyslurm {found[0]} built for the running "
                       f"Slurm {running}" if running else
-                      f"{setting}: pyslurm {pyslurm_distribution()}, the running Slurm's version unknown")
+                      f"{setting}: pyslurm {found[0]}, the running Slurm's version unknown")
     if setting == "pyslurm":
         return Choice("pyslurm", "slurm.backend: pyslurm", error=f"slurm.backend is pyslurm, but {why}")
     return Choice("scontrol", f"auto: {why}")
 
 
-def _pyslurm_unusable(cfg, scontrol, forced: bool) -> str | None:
-    built = pyslurm_distribution()
-    if built is None:
+def _pyslurm_unusable(cfg, scontrol, found: tuple[str, str, int] | None, forced: bool) -> str | None:
+    if found is None:
         return "pyslurm is not installed"
+    built = found[0]
     try:
         running = scontrol.version()
     except SlurmError as e:
@@ -67,11 +116,60 @@ def _pyslurm_unusable(cfg, scontrol, forced: bool) -> str | None:
     if running is not None and major_minor(built) != major_minor(running):
         return (f"pyslurm {built} was built for Slurm {major_minor(built)}, the running Slurm is "
                 f"{running}")
+    # Whose probe a kept one is: this pyslurm installation, this Slurm, this slurm.conf,
+    # this interpreter (the child's).
+    key = [*found, running, cfg.conf or os.environ.get("SLURM_CONF", ""), sys.executable]
+    if _probe_kept(probe_cache_dir, key):
+        return None
     from .pyslurm import probe
     try:
-        return probe(cfg, scontrol.timeout_left())
+        why = probe(cfg, scontrol.timeout_left())
     except SlurmError as e:
         return f"pyslurm could not be tried: {e}"
+    if why is None:
+        _keep_probe(probe_cache_dir, key)
+    return why
+
+
+def _probe_kept(cache_dir: str | None, key: list) -> bool:
+    if not cache_dir:
+        return False
+    from ..core import jsonio
+    try:
+        with open(os.path.join(cache_dir, PROBE_CACHE), "rb") as f:
+            doc = jsonio.loads(f.read())
+        at = doc["at"]
+        return doc["key"] == key and isinstance(at, (int, float)) and time.time() - PROBE_MAX_AGE < at <= time.time()
+    except (OSError, ValueError, TypeError, KeyError):
+        return False        # none kept, a stale one, or a foreign file: probe
+
+
+def _keep_probe(cache_dir: str | None, key: list) -> None:
+    if not cache_dir:
+        return
+    from ..core import jsonio
+    target = os.path.join(cache_dir, PROBE_CACHE)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(jsonio.dumps({"key": key, "at": time.time()}))
+        os.replace(tmp, target)
+    except OSError:
+        # Not kept (a user's own look: root's cache is root's): the next run probes again.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def forget_probe() -> None:
+    """A pyslurm call could not import or initialise pyslurm: the kept probe is wrong."""
+    if probe_cache_dir:
+        try:
+            os.unlink(os.path.join(probe_cache_dir, PROBE_CACHE))
+        except OSError:
+            pass
 
 
 def open_backend(cfg, deadline: float | None = None) -> SlurmBackend:

@@ -100,6 +100,11 @@ class PyslurmBackend(PrimedNodes):
             raise SlurmUnavailable(msg)
         if "error" in value:
             msg = value["error"]
+            if value.get("kind") in ("import", "exit"):
+                # pyslurm did not import or initialise (or its child died): the probe a
+                # run may have taken from the cache is no longer true.
+                from .connect import forget_probe
+                forget_probe()
             code = said_code(msg) if value.get("kind") == "rpc" else SlurmCode.REFUSED
             if code == SlurmCode.UNREACHABLE:
                 self._scontrol.down = msg
