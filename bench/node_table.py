@@ -2,6 +2,7 @@
 a 4,096-node one.
 
     flock /tmp/shk-pytest.lock .venv/bin/python bench/node_table.py [--slurm-prefix=PREFIX] [--runs 25] [--slurmd-timeout=300]
+    ... bench/node_table.py --against=CHECKOUT [--rounds 60] [--slurm-prefix=PREFIX]
 
 Two real slurmctld up at once, their runs taken in turns, each with 3 slurmd (tests/slurmcluster.py): one declares only those
 3 nodes, the other 4,093 more that never start (a cluster with nodes down: each such
@@ -14,6 +15,11 @@ slurmd starts it), slurmctld's time per node-table read (`sdiag`: REQUEST_NODE_I
 total time over its count), the RPCs per run, and, in this process over the same table
 as the run reads it, the whole parse (parse_oneliner, every field) against the lean
 one the run uses (parse_nodes_lean). With PREFIX the 25.11 build, else Debian's 22.05.
+
+`--against=CHECKOUT`: this code against another checkout's (run through PYTHONPATH), on
+the same two tables: ROUNDS rounds of four runs (either code, either table), their order
+turned every round; the medians, each code's 4,096/3 ratios, and this code's time over
+that code's, round by round.
 """
 from __future__ import annotations
 
@@ -75,11 +81,23 @@ def start_table(prefix: str | None, declared: int, tmp: Path, stack) -> tuple:
     return c, env, prog
 
 
-def one_run(table: tuple) -> float:
+def one_run(table: tuple, code: str | None = None) -> float:
+    """One failing run's wall time. Waited for with a blocking wait: `subprocess.run`'s
+    `timeout=` polls the child with sleeps that double up to 50 ms, which measured every
+    run as 64, 114, 164, 214 ... ms (the earlier rows' "steps of about 50 ms"). A timer
+    kills a run that hangs. `code`: a checkout of other code to run instead (PYTHONPATH)."""
+    import threading
     c, env, prog = table
+    if code:
+        env = dict(env, PYTHONPATH=code)
     t = time.monotonic()
-    subprocess.run([prog], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-    return time.monotonic() - t
+    p = subprocess.Popen([prog], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    guard = threading.Timer(120, p.kill)
+    guard.start()
+    p.wait()
+    took = time.monotonic() - t
+    guard.cancel()
+    return took
 
 
 def table_figures(table: tuple, declared: int, walls: list[float]) -> dict:
@@ -123,7 +141,13 @@ def main() -> int:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 25
     global SLURMD_TIMEOUT
     SLURMD_TIMEOUT = int(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--slurmd-timeout=")), 300))
+    against = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--against=")), None)
     tmp = Path(tempfile.mkdtemp(prefix="shk-bench-table-"))
+    if against:
+        rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 60
+        with contextlib.ExitStack() as stack:
+            tables = {n: start_table(prefix, n, tmp, stack) for n in (3, BIG)}
+            return compare(tables, str(Path(against).resolve()), rounds)
     with contextlib.ExitStack() as stack:
         # Both clusters up at once, their runs taken in turns: whatever else the machine
         # does at a moment weighs on both tables alike, and each pair's ratio is taken.
@@ -144,6 +168,35 @@ def main() -> int:
     pairs = sorted(b / a for a, b in zip(walls[3], walls[BIG]))
     print(f"ratio 4,096 / 3 nodes: {big['wall_median'] / small['wall_median']:.2f}x of the medians; "
           f"median of the {len(pairs)} pairs' ratios {statistics.median(pairs):.2f}x")
+    return 0
+
+
+def compare(tables: dict, against: str, rounds: int) -> int:
+    """This code against the code in `against`, on both tables: each round the four runs
+    (this or that code, 3 or 4,096 nodes) in an order that turns, so that the machine's
+    drift weighs on all four alike."""
+    variants = [(code, n) for code in ("this", "that") for n in (3, BIG)]
+    walls: dict[tuple, list[float]] = {v: [] for v in variants}
+
+    def run(code: str, n: int) -> float:
+        return one_run(tables[n], against if code == "that" else None)
+    for v in variants:
+        run(*v)                 # compiled, cached, pyslurm tried: as on a node after its first run
+    for r in range(rounds):
+        order = variants[r % 4:] + variants[:r % 4]
+        for v in (order[::-1] if r % 2 else order):
+            walls[v].append(run(*v))
+    med = {v: statistics.median(w) * 1000 for v, w in walls.items()}
+    version = tables[3][0].version
+    for code, name in (("that", f"code in {against}"), ("this", "this code")):
+        small, big = walls[(code, 3)], walls[(code, BIG)]
+        print(f"Slurm {version}, {name}: 3 nodes {med[(code, 3)]:.0f} ms, {BIG} nodes {med[(code, BIG)]:.0f} ms "
+              f"(medians of {rounds}); ratio of medians {med[(code, BIG)] / med[(code, 3)]:.2f}x, median pair "
+              f"ratio {statistics.median(b / a for a, b in zip(small, big)):.2f}x, median pair difference "
+              f"{statistics.median(b - a for a, b in zip(small, big)) * 1000:.0f} ms")
+    for n in (3, BIG):
+        print(f"table of {n} nodes: this code / that code, median pair ratio "
+              f"{statistics.median(b / a for a, b in zip(walls[('that', n)], walls[('this', n)])):.2f}x")
     return 0
 
 

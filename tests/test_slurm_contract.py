@@ -554,6 +554,64 @@ def test_list_nodes_alone_keeps_our_nodes_and_the_own_one_whole(sides):
         assert real.slurm.list_nodes_alone("n1", P)[0].get("Reason", "").startswith("admin: memory test")
 
 
+# Slurm's "no change since" (slurm_load_node with the time of a read kept): the child
+# prints the table's time, or the library's errno (1900: SLURM_NO_CHANGE_IN_DATA).
+SINCE = """
+import ctypes, sys
+sys.path.insert(0, sys.argv[1])
+import slurmlib
+lib = slurmlib._load(sys.argv[2])
+lib.slurm_init.argtypes = [ctypes.c_char_p]
+lib.slurm_init(None)
+lib.slurm_load_node.argtypes = [ctypes.c_long, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint16]
+msg = ctypes.c_void_p()
+rc = lib.slurm_load_node(int(sys.argv[3]), ctypes.byref(msg), slurmlib.SHOW_ALL)
+print(ctypes.c_int64.from_address(msg.value).value if rc == 0 else f"errno {ctypes.get_errno()}")
+"""
+
+
+def test_slurms_no_change_since_misses_a_reboot_request(sides, tmp_path):
+    """Why the breaker's node table is read whole on every failing run, never kept and
+    asked "changed since?" (slurm_load_node's update_time, what scontrol's and sinfo's
+    repeated reads use): slurmctld takes a reboot request (REBOOT_REQUESTED, DRAIN, the
+    reason: proc_req.c _slurm_rpc_reboot_nodes) without moving its last_node_update, and
+    answers "no change" after it, on 22.05 and 25.11 alike. A kept table hid a node's
+    own reboot request from its next run, which then set the node DOWN and so had its
+    reboot issued before the outage was known."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from slurm_hooks.slurm import slurmlib
+    real, _ = sides
+    prog = tmp_path / "reboot-program"
+    prog.write_text("#!/bin/sh\nexit 0\n")
+    prog.chmod(0o755)
+    real.cluster.reconfigure(f"RebootProgram={prog}\nReturnToService=1\n")
+    real.submit("n1")                         # a job on n1: the reboot stays requested
+    env = {**os.environ, "SLURM_CONF": str(real.cluster.conf_path)}
+
+    def load(since: int) -> str:
+        return subprocess.run([sys.executable, "-c", SINCE, os.path.dirname(slurmlib.__file__),
+                               str(real.slurm.scontrol), str(since)],
+                              env=env, capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    seen = []
+    try:
+        for _ in range(5):
+            time.sleep(1.1)           # "no change" only for a read a second past the last change
+            since = load(0)
+            real.slurm.reboot("n1", f"{P} fs /scratch hung")
+            assert "REBOOT_REQUESTED" in real.cluster.node_state("n1")
+            seen.append(load(int(since)))
+            real.slurm.cancel_reboot("n1")        # an update: moves last_node_update
+            if seen[-1] == "errno 1900":
+                break
+    finally:
+        real.cluster.scontrol("cancel_reboot", "n1", check=False)   # never rebooted for real
+    assert seen[-1] == "errno 1900", f"slurmctld saw the reboot request as a change: {seen}"
+
+
 def reboot(s: Side) -> list:
     s.submit("n1")
     s.slurm.reboot("n1", f"{P} pid 7 stuck in write()")
