@@ -384,10 +384,12 @@ def leaves_nothing_behind(tmp_path_factory):
 
 
 def _forget_cached_configs(before: dict) -> None:
-    """Remove the configuration-cache entries this session made (new since it began)."""
+    """Remove the configuration-cache entries this session made (new since it began), and
+    the kept pyslurm try (slurm/pyslurm.py PROBE_CACHE) of runs slurmd started."""
+    from slurm_hooks.slurm.pyslurm import PROBE_CACHE
     cache = Path("/run/slurm-hooks")
     for name in set(_entries(str(cache))) - set(before):
-        if name.startswith("config") and name.endswith(".json"):
+        if name.startswith("config") and name.endswith(".json") or name == PROBE_CACHE:
             try:
                 (cache / name).unlink()
             except OSError:

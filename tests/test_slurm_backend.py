@@ -174,7 +174,7 @@ def test_pyslurm_installed_reads_the_distribution_as_importlib_metadata_does(tmp
 @needs_pyslurm
 def test_auto_tries_pyslurm_once_per_installation_not_once_per_run(cluster, tmp_path, monkeypatch):
     """Importing pyslurm in a child to choose the backend costs a failing run 100 to 400
-    ms: a success is kept (PROBE_CACHE) for the same pyslurm, running Slurm and
+    ms: a success is kept (pyslurm.py PROBE_CACHE) for the same pyslurm, running Slurm and
     slurm.conf, at most PROBE_MAX_AGE; tried again when any of them differs, when the
     kept one is too old, and after a pyslurm call could not import pyslurm. A failed
     try is not kept. On a Slurm pyslurm was not built for, nothing is tried or kept."""
@@ -185,8 +185,8 @@ def test_auto_tries_pyslurm_once_per_installation_not_once_per_run(cluster, tmp_
     from slurm_hooks.slurm import pyslurm as backend
     from slurm_hooks.slurm.api import Choice, SlurmError
     from slurm_hooks.slurm.scontrol import Slurm
-    monkeypatch.setattr(connect, "probe_cache_dir", str(tmp_path / "cache"))
-    kept = tmp_path / "cache" / connect.PROBE_CACHE
+    monkeypatch.setattr(backend, "probe_cache_dir", str(tmp_path / "cache"))
+    kept = tmp_path / "cache" / backend.PROBE_CACHE
     tried: list[str | None] = []
     real_probe = backend.probe
 
@@ -212,7 +212,7 @@ def test_auto_tries_pyslurm_once_per_installation_not_once_per_run(cluster, tmp_
     assert choose(conf=str(other)).backend == "pyslurm" and tried == [None, None]
     # Too old: tried again.
     doc = json.loads(kept.read_text())
-    kept.write_text(json.dumps(dict(doc, at=time.time() - connect.PROBE_MAX_AGE - 1)))
+    kept.write_text(json.dumps(dict(doc, at=time.time() - backend.PROBE_MAX_AGE - 1)))
     assert choose(conf=str(other)).backend == "pyslurm" and len(tried) == 3
     # A pyslurm call that cannot import pyslurm (here one that raises on import, first on
     # the child's path) forgets the kept try; the call fails as its own error.

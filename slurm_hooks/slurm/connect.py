@@ -17,7 +17,7 @@ Slurm's major.minor (`scontrol --version`) and it then imports and initialises i
 child; otherwise scontrol, and says why (the run's notes, hence the journal, and
 `slurm-hooks config show`). That child (importing pyslurm, 100 to 400 ms) is the
 largest cost of a failing run that asks Slurm for one read: a success is kept in the
-cache directory (PROBE_CACHE, tmpfs: gone at boot) for the same pyslurm installation
+cache directory (pyslurm.py PROBE_CACHE, tmpfs: gone at boot) for the same pyslurm installation
 (its metadata file and that file's time), the same running Slurm and the same
 slurm.conf, at most PROBE_MAX_AGE seconds, and forgotten as soon as a pyslurm call
 fails to import or initialise. A failed probe is not kept: it is tried again.
@@ -26,21 +26,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 from .. import TYPE_CHECKING
-from ..core.config import CACHE_DIR
 from .api import Choice, SlurmError, major_minor
 
 if TYPE_CHECKING:
     from .api import SlurmBackend
-
-PROBE_CACHE = "pyslurm-probe.json"
-PROBE_MAX_AGE = 3600
-# Where PROBE_CACHE is kept (None: nowhere); read at each call, so a test may point it
-# at its own directory.
-probe_cache_dir: str | None = CACHE_DIR
-
 
 def pyslurm_installed() -> tuple[str, str, int] | None:
     """The installed pyslurm: (its version X.Y.Z, built for Slurm X.Y; its metadata
@@ -87,7 +78,7 @@ def choose(cfg, scontrol) -> Choice:
     """Which backend a run uses, and why. `scontrol`: a `scontrol.Slurm` for the version
     question. Costs nothing unless the setting is auto or pyslurm: then one
     `scontrol --version` (no RPC) and, on a version match, one child importing pyslurm
-    unless a run before this one did so with success (PROBE_CACHE)."""
+    unless a run before this one did so with success (pyslurm.py `tried`)."""
     setting = cfg.backend
     if setting == "scontrol":
         return Choice("scontrol", "slurm.backend: scontrol")
@@ -119,57 +110,11 @@ def _pyslurm_unusable(cfg, scontrol, found: tuple[str, str, int] | None, forced:
     # Whose probe a kept one is: this pyslurm installation, this Slurm, this slurm.conf,
     # this interpreter (the child's).
     key = [*found, running, cfg.conf or os.environ.get("SLURM_CONF", ""), sys.executable]
-    if _probe_kept(probe_cache_dir, key):
-        return None
-    from .pyslurm import probe
+    from .pyslurm import tried
     try:
-        why = probe(cfg, scontrol.timeout_left())
+        return tried(cfg, scontrol.timeout_left(), key)
     except SlurmError as e:
         return f"pyslurm could not be tried: {e}"
-    if why is None:
-        _keep_probe(probe_cache_dir, key)
-    return why
-
-
-def _probe_kept(cache_dir: str | None, key: list) -> bool:
-    if not cache_dir:
-        return False
-    from ..core import jsonio
-    try:
-        with open(os.path.join(cache_dir, PROBE_CACHE), "rb") as f:
-            doc = jsonio.loads(f.read())
-        at = doc["at"]
-        return doc["key"] == key and isinstance(at, (int, float)) and time.time() - PROBE_MAX_AGE < at <= time.time()
-    except (OSError, ValueError, TypeError, KeyError):
-        return False        # none kept, a stale one, or a foreign file: probe
-
-
-def _keep_probe(cache_dir: str | None, key: list) -> None:
-    if not cache_dir:
-        return
-    from ..core import jsonio
-    target = os.path.join(cache_dir, PROBE_CACHE)
-    tmp = f"{target}.{os.getpid()}.tmp"
-    try:
-        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-        with open(tmp, "w") as f:
-            f.write(jsonio.dumps({"key": key, "at": time.time()}))
-        os.replace(tmp, target)
-    except OSError:
-        # Not kept (a user's own look: root's cache is root's): the next run probes again.
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def forget_probe() -> None:
-    """A pyslurm call could not import or initialise pyslurm: the kept probe is wrong."""
-    if probe_cache_dir:
-        try:
-            os.unlink(os.path.join(probe_cache_dir, PROBE_CACHE))
-        except OSError:
-            pass
 
 
 def open_backend(cfg, deadline: float | None = None) -> SlurmBackend:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..core.config import CACHE_DIR
 from .api import (
     CAUSE_FIELD,
     STAMP_FORMAT,
@@ -46,6 +47,14 @@ from .scontrol import said_code
 
 JOB_RUNNING = 1           # enum job_states; as a requeue flag: only a running job ("Incomplete")
 SIGKILL = 9
+# A successful try of pyslurm (`tried`), kept for the runs after it: importing pyslurm in
+# a child costs a failing run 100-400 ms (slurm/connect.py). In the cache directory
+# (tmpfs: gone at boot), at most PROBE_MAX_AGE seconds old.
+PROBE_CACHE = "pyslurm-probe.json"
+PROBE_MAX_AGE = 3600
+# Where PROBE_CACHE is kept (None: nowhere); read at each call, so a test may point it
+# at its own directory.
+probe_cache_dir: str | None = CACHE_DIR
 
 
 class PyslurmBackend(PrimedNodes):
@@ -101,10 +110,9 @@ class PyslurmBackend(PrimedNodes):
         if "error" in value:
             msg = value["error"]
             if value.get("kind") in ("import", "exit"):
-                # pyslurm did not import or initialise (or its child died): the probe a
+                # pyslurm did not import or initialise (or its child died): the try a
                 # run may have taken from the cache is no longer true.
-                from .connect import forget_probe
-                forget_probe()
+                forget_tried()
             code = said_code(msg) if value.get("kind") == "rpc" else SlurmCode.REFUSED
             if code == SlurmCode.UNREACHABLE:
                 self._scontrol.down = msg
@@ -247,6 +255,59 @@ def call_in_child(conf: str | None, op: str, args: tuple, timeout: float) -> dic
                          f"(Slurm's fatal(): is {where} readable and its SlurmctldHost resolvable?)",
                 "kind": "exit"}
     return {"error": f"pyslurm {op} failed: {out.error or 'the child ended without an answer'}", "kind": "exit"}
+
+
+def tried(cfg, timeout: float, key: list) -> str | None:
+    """probe(), or its success kept from an earlier run for the same `key` (the caller's:
+    pyslurm's installation, the running Slurm, slurm.conf, the interpreter) within
+    PROBE_MAX_AGE. Only a success is kept: a failure is tried again by the next run."""
+    if _kept(probe_cache_dir, key):
+        return None
+    why = probe(cfg, timeout)
+    if why is None:
+        _keep(probe_cache_dir, key)
+    return why
+
+
+def _kept(cache_dir: str | None, key: list) -> bool:
+    if not cache_dir:
+        return False
+    from ..core import jsonio
+    try:
+        with open(os.path.join(cache_dir, PROBE_CACHE), "rb") as f:
+            doc = jsonio.loads(f.read())
+        at = doc["at"]
+        return doc["key"] == key and isinstance(at, (int, float)) and time.time() - PROBE_MAX_AGE < at <= time.time()
+    except (OSError, ValueError, TypeError, KeyError):
+        return False        # none kept, a stale one, or a foreign file: tried again
+
+
+def _keep(cache_dir: str | None, key: list) -> None:
+    if not cache_dir:
+        return
+    from ..core import jsonio
+    target = os.path.join(cache_dir, PROBE_CACHE)
+    tmp = f"{target}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        with open(tmp, "w") as f:
+            f.write(jsonio.dumps({"key": key, "at": time.time()}))
+        os.replace(tmp, target)
+    except OSError:
+        # Not kept (a user's own look: root's cache is root's): the next run tries again.
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def forget_tried() -> None:
+    """A pyslurm call could not import or initialise pyslurm: a kept try is wrong."""
+    if probe_cache_dir:
+        try:
+            os.unlink(os.path.join(probe_cache_dir, PROBE_CACHE))
+        except OSError:
+            pass
 
 
 def probe(cfg, timeout: float) -> str | None:
