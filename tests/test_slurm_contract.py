@@ -432,7 +432,11 @@ def hold_of(s: Side, job: str) -> dict | None:
     eligible, submit = _local(info["EligibleTime"]), _local(info["SubmitTime"])
     out = {k: info[k] for k in ("JobState", "Reason", "UserId")} | {"JobId": s.job_id(info["JobId"])}
     if out["JobState"] == "PENDING":
-        out["hold"] = None if eligible is None or submit is None else round(eligible - submit)
+        hold = None if eligible is None or submit is None else round(eligible - submit)
+        # Slurm sets the begin time at the requeue and the submit time as the job leaves
+        # COMPLETING, a second later or not: its hold reads as HOLD or HOLD + 1, and the
+        # decisions take both for it (act/actions.py `_start`).
+        out["hold"] = HOLD if hold == HOLD + 1 else hold
     out["begun"] = eligible is not None and eligible <= time.time() + 1
     return out
 
