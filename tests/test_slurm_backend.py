@@ -12,7 +12,7 @@ import yaml
 from helpers import SLURM_HOOKS, journal
 
 from slurm_hooks.slurm.api import major_minor
-from slurm_hooks.slurm.connect import pyslurm_distribution
+from slurm_hooks.slurm.connect import pyslurm_installed
 
 try:
     from .conftest import HOW_TO_BUILD
@@ -20,7 +20,7 @@ except ImportError:
     from conftest import HOW_TO_BUILD
 
 pytestmark = pytest.mark.cluster
-PYSLURM = pyslurm_distribution()
+PYSLURM = (pyslurm_installed() or [None])[0]
 needs_pyslurm = pytest.mark.skipif(PYSLURM is None, reason=f"pyslurm is not installed: {HOW_TO_BUILD}")
 
 
@@ -152,7 +152,6 @@ def test_pyslurm_installed_reads_the_distribution_as_importlib_metadata_does(tmp
     import sys
     from importlib import metadata
 
-    from slurm_hooks.slurm.connect import pyslurm_installed
     try:
         installed = metadata.version("pyslurm")
     except metadata.PackageNotFoundError:

@@ -33,14 +33,17 @@ from .api import Choice, SlurmError, major_minor
 if TYPE_CHECKING:
     from .api import SlurmBackend
 
+
 def pyslurm_installed() -> tuple[str, str, int] | None:
     """The installed pyslurm: (its version X.Y.Z, built for Slurm X.Y; its metadata
     file; that file's modification time in ns), found on sys.path as importlib.metadata
     finds a distribution (`pyslurm-*.dist-info/METADATA`, or an egg's PKG-INFO), without
     importing importlib.metadata (about 40 ms a run) or pyslurm."""
     for entry in sys.path:
+        if not os.path.isabs(entry):
+            continue        # the directory the run started in (slurmd's): never listed
         try:
-            names = sorted(os.listdir(entry or "."))
+            names = sorted(os.listdir(entry))
         except OSError:
             continue
         for name in names:
@@ -65,13 +68,6 @@ def pyslurm_installed() -> tuple[str, str, int] | None:
                 if line.startswith("Version:") and line[8:].strip():
                     return line[8:].strip(), meta, stamp
     return None
-
-
-def pyslurm_distribution() -> str | None:
-    """The installed pyslurm's version (X.Y.Z: built for Slurm X.Y), read from its
-    distribution metadata: pyslurm itself is never imported in this process."""
-    found = pyslurm_installed()
-    return found[0] if found else None
 
 
 def choose(cfg, scontrol) -> Choice:

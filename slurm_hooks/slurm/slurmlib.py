@@ -12,11 +12,11 @@ format, which slurm/scontrol.py already parses.
 witnesses, which act on nodes of ours alone (a reason with MARK or PREFIX, a Comment with
 CAUSE: core/reason.py's words, from the caller) and on the node they run on (MINE): a
 first line `OtherNodes=N` counts every other node (never read further), then those
-nodes' lines, the library's own. At thousands of
-nodes, mostly without a word of ours, that is a few lines to format, pipe and parse, not
-thousands. It needs `node_info_t`'s layout, which changes with every Slurm release: known
-for the releases tested (LAYOUTS, from slurm.h) and checked against the library's own line
-of the first and the last node, else the whole table, as `nodes` prints it.
+nodes' lines, the library's own. At thousands of nodes, mostly without a word of ours,
+that is a few lines to format, pipe and parse, not thousands. It needs `node_info_t`'s
+layout, which changes with every Slurm release: known for the releases tested (LAYOUTS,
+from slurm.h) and checked against the library's own line of the first and the last
+node, else the whole table, as `nodes` prints it.
 
 This file runs as a separate process (`python3 -I -S slurm/slurmlib.py SCONTROL nodes [NODE]`) through
 the hang-safe runner: the library may block on slurmctld, and Slurm's `fatal()` (a bad
@@ -206,6 +206,8 @@ def _holding(texts: list, words: tuple) -> set:
     """The indices of the texts (bytes, or None) holding any of `words`. Searched as
     one string, the texts joined by NUL (no C string holds one): a search per word in C,
     not one per text, and the indices worked out only for what was found."""
+    import bisect
+    import itertools
     joined = b"\0".join([t or b"" for t in texts])
     starts: list = []
     found = set()
@@ -213,9 +215,7 @@ def _holding(texts: list, words: tuple) -> set:
         at = joined.find(word)
         while at >= 0:
             if not starts:
-                import itertools
                 starts = list(itertools.accumulate((len(t or b"") + 1 for t in texts), initial=0))
-            import bisect
             i = bisect.bisect_right(starts, at) - 1
             found.add(i)
             at = joined.find(word, starts[i + 1])      # the next text: one index each
